@@ -1,0 +1,59 @@
+"""`compactsim plan FILE`: show how each rollout in a file splits into physical traces."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from harness.commands.common import ExitCode, console, load_results, print_json, report_error
+from harness.core.errors import CompactsimError
+from harness.core.trace_plan import TracePlan
+from harness.pipeline.planner import plan_rollout
+
+
+def format_plan_table(plans: list[TracePlan]) -> Table:
+    """A readable table: one line per physical trace, violations underneath."""
+    table = Table(title="trace plans", show_lines=False)
+    for col in ("rollout", "path", "trace", "turns", "media", "start", "tokens", "sampled"):
+        table.add_column(col, overflow="fold")
+    for plan in plans:
+        for t in plan.traces:
+            table.add_row(
+                plan.rollout_id,
+                plan.path,
+                str(t.trace_index),
+                ",".join(map(str, t.turn_ids)),
+                ",".join(t.media_ids) or "-",
+                t.start_reason,
+                str(t.num_tokens),
+                str(t.num_sampled_tokens),
+            )
+        for v in plan.violations:
+            table.add_row(plan.rollout_id, "[red]violation[/red]", "", str(v.turn_id or ""), "", v.code, "", "")
+    return table
+
+
+def plan_command(
+    files: Annotated[list[Path], typer.Argument(help="files each holding one Gym result, a JSON list, or JSON lines")],
+    json_output: Annotated[bool, typer.Option("--json", help="print the plans as JSON")] = False,
+    no_strict: Annotated[
+        bool, typer.Option("--no-strict", help="never stop on a violation: list them all (plans are then not trainable)")
+    ] = False,
+) -> None:
+    """Plan logical → physical traces for every rollout in FILES."""
+    try:
+        plans = [plan_rollout(r, strict=not no_strict) for f in files for r in load_results(f)]
+    except CompactsimError as exc:
+        raise typer.Exit(report_error(exc, as_json=json_output)) from None
+    if json_output:
+        print_json([p.to_json() for p in plans] if len(plans) != 1 else plans[0].to_json())
+    else:
+        console.print(format_plan_table(plans))
+    raise typer.Exit(ExitCode.OK)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("plan")(plan_command)

@@ -1,0 +1,433 @@
+"""Validate one Gym result once at the edge and normalise it into a `RolloutEvidence`.
+
+Accepts Gym's `/run` result (`{"response": {...}, "reward": ...}`) or the bare response, in
+every flavour of DESIGN §5. Structural problems that make a payload unreadable raise at once
+(`malformed_payload`, `unsupported_contract`); problems a non-strict plan can still describe are
+returned as violations beside the evidence so the planner can report them all.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from pydantic import ValidationError
+
+from harness.core.contract import (
+    CONTRACT_KEYS,
+    TOKEN_FIELDS,
+    CallRecord,
+    GymResponse,
+    ObservedCompletion,
+    RolloutContract,
+    RunResult,
+    TokenFields,
+)
+from harness.core.errors import ContractError
+from harness.core.evidence import BoundaryEvent, MediaAsset, ModelCall, RolloutEvidence
+from harness.core.trace_plan import Violation
+
+#: NeMo-RL's routed-experts wire envelope: "nrlre1:<dtype>:<S>x<L>x<K>:<base64 LE bytes>".
+_ROUTES_MAGIC = "nrlre1"
+_ROUTES_DTYPES = {"int8": np.int8, "int16": np.int16, "int32": np.int32}
+#: OSWorld's exact_trace emitter adds these keys to its contract.
+_OSWORLD_CONTRACT_KEYS = ("identity_source", "trajectory_contract_id")
+UNKNOWN_ROLLOUT = "<unknown>"
+
+
+@dataclass(frozen=True, slots=True)
+class Ingested:
+    """Normalised evidence plus the violations found while reading it."""
+
+    evidence: RolloutEvidence
+    violations: tuple[Violation, ...]
+
+
+def normalize_result(obj: object) -> RolloutEvidence:
+    """Strictly normalise one result; raise `ContractError` on the first violation."""
+    ingested = ingest_result(obj)
+    if ingested.violations:
+        v = ingested.violations[0]
+        raise ContractError(v.code, rollout_id=ingested.evidence.rollout_id, turn_id=v.turn_id, detail=v.detail)  # type: ignore[arg-type]
+    return ingested.evidence
+
+
+def ingest_result(obj: object) -> Ingested:
+    """Read one result; raise only when it cannot be read at all."""
+    if not isinstance(obj, Mapping):
+        raise ContractError("malformed_payload", detail=f"a result must be a JSON object, got {type(obj).__name__}")
+    raw_response, envelope = _split_envelope(obj)
+    rollout_hint = _rollout_hint(raw_response)
+    try:
+        result = RunResult.model_validate(envelope) if envelope is not None else None
+        response = result.response if result is not None else GymResponse.model_validate(raw_response)
+    except ValidationError as exc:
+        raise _malformed(exc, rollout_hint) from None
+
+    contract_key, contract = _find_contract(response, raw_response, rollout_hint)
+    flavour = _flavour(contract_key, contract, raw_response)
+    rollout_id = contract.rollout_id if contract is not None else _fallback_rollout_id(raw_response)
+    violations: list[Violation] = []
+
+    token_items = _token_items(response, raw_response, rollout_id, violations)
+    records: list[CallRecord] | None = None
+    if flavour == "gym-0.7.0-full":
+        records = list(response.completion_evidence or [])
+    elif contract is not None:
+        records = list(response.model_call_metadata or [])
+    calls = _build_calls(token_items, records, rollout_id, flavour, violations)
+
+    reward = None
+    mask_sample = False
+    if result is not None:
+        reward = float(result.reward) if result.reward is not None else None
+        mask_sample = bool(result.instance_config.mask_sample) if result.instance_config else False
+
+    evidence = RolloutEvidence(
+        rollout_id=rollout_id,
+        flavour=flavour,
+        calls=tuple(calls),
+        group_id=contract.group_id if contract else None,
+        task_id=contract.task_id if contract else None,
+        rollout_index=contract.rollout_index if contract else None,
+        boundary_events=tuple(
+            BoundaryEvent(
+                event_id=e.event_id,
+                trigger_after_step=e.trigger_after_step,
+                applies_to_step=e.applies_to_step,
+                reason=e.reason,
+                retained_media_count=e.retained_media_count,
+                removed_media_count=e.removed_media_count,
+            )
+            for e in response.boundary_events
+        ),
+        media_assets={
+            key: MediaAsset(
+                media_id=a.media_id,
+                content_digest=a.content_digest,
+                source_part=dict(a.source_part),
+                original_dimensions=tuple(a.original_dimensions) if a.original_dimensions else None,  # type: ignore[arg-type]
+            )
+            for key, a in sorted(response.media_assets.items())
+        },
+        reward=reward,
+        mask_sample=mask_sample,
+        contract_key=contract_key,
+        metadata_count=len(records) if records is not None else None,
+    )
+    return Ingested(evidence=evidence, violations=tuple(violations))
+
+
+# ---------------------------------------------------------------------------------------------
+# envelope and contract
+
+
+def _split_envelope(obj: Mapping[str, Any]) -> tuple[Mapping[str, Any], Mapping[str, Any] | None]:
+    """Return (response dict, /run envelope or None)."""
+    if "response" in obj and "output" not in obj:
+        response = obj["response"]
+        if not isinstance(response, Mapping):
+            raise ContractError(
+                "malformed_payload", detail=f"response: expected a JSON object, got {type(response).__name__}"
+            )
+        return response, obj
+    return obj, None
+
+
+def _rollout_hint(raw: Mapping[str, Any]) -> str | None:
+    for key in CONTRACT_KEYS:
+        c = raw.get(key)
+        if isinstance(c, Mapping) and isinstance(c.get("rollout_id"), str):
+            return c["rollout_id"]
+    return raw.get("id") if isinstance(raw.get("id"), str) else None
+
+
+def _fallback_rollout_id(raw: Mapping[str, Any]) -> str:
+    """Without a contract the response id is the only identity a result carries."""
+    rid = raw.get("id")
+    return rid if isinstance(rid, str) and rid else UNKNOWN_ROLLOUT
+
+
+def _malformed(exc: ValidationError, rollout_id: str | None) -> ContractError:
+    first = exc.errors()[0]
+    path = _format_loc(first["loc"])
+    more = f" (+{exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+    turn = _turn_from_loc(first["loc"])
+    return ContractError(
+        "malformed_payload",
+        rollout_id=rollout_id,
+        turn_id=turn,
+        detail=f"{path}: {first['msg']}{more}",
+    )
+
+
+def _format_loc(loc: tuple[Any, ...]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += ("." if out else "") + str(part)
+    return out or "<root>"
+
+
+def _turn_from_loc(loc: tuple[Any, ...]) -> int | None:
+    for i, part in enumerate(loc[:-1]):
+        if part in ("model_call_metadata", "completion_evidence") and isinstance(loc[i + 1], int):
+            return loc[i + 1] + 1
+    return None
+
+
+def _find_contract(
+    response: GymResponse, raw: Mapping[str, Any], rollout_hint: str | None
+) -> tuple[str | None, RolloutContract | None]:
+    present = [k for k in CONTRACT_KEYS if raw.get(k) is not None]
+    unknown = sorted(k for k in raw if k.endswith("_contract") and k not in CONTRACT_KEYS and raw[k] is not None)
+    if unknown and not present:
+        raise ContractError(
+            "unsupported_contract",
+            rollout_id=rollout_hint,
+            detail=f"unknown contract key(s) {unknown}; this consumer reads {list(CONTRACT_KEYS)}",
+        )
+    if not present:
+        return None, None
+    cc, rt = response.context_compaction_contract, response.rollout_trace_contract
+    if cc is not None and rt is not None and cc.rollout_id != rt.rollout_id:
+        raise ContractError(
+            "rollout_id_mismatch",
+            rollout_id=cc.rollout_id,
+            detail=f"context_compaction_contract.rollout_id={cc.rollout_id!r} but "
+            f"rollout_trace_contract.rollout_id={rt.rollout_id!r}",
+        )
+    if cc is not None:
+        return "context_compaction_contract", cc
+    return "rollout_trace_contract", rt
+
+
+def _flavour(key: str | None, contract: RolloutContract | None, raw: Mapping[str, Any]) -> str:
+    if key is None or contract is None:
+        return "none"
+    raw_contract = raw[key]
+    osworld = any(k in raw_contract for k in _OSWORLD_CONTRACT_KEYS)
+    if key == "rollout_trace_contract":
+        if contract.schema_version is not None or contract.mode is not None:
+            raise ContractError(
+                "unsupported_contract",
+                rollout_id=contract.rollout_id,
+                detail="rollout_trace_contract carries schema_version/mode; the PR #2870 shape has neither",
+            )
+        _require(raw, "model_call_metadata", contract.rollout_id, "rollout_trace_contract")
+        return "osworld" if osworld else "gym-pr2870"
+    if contract.mode != "exact_trace_authority":
+        raise ContractError(
+            "unsupported_contract",
+            rollout_id=contract.rollout_id,
+            detail=f"context_compaction_contract.mode={contract.mode!r}; expected 'exact_trace_authority'",
+        )
+    if contract.schema_version == 3:
+        _require(raw, "model_call_metadata", contract.rollout_id, "schema_version 3")
+        return "osworld" if osworld else "gym-0.7.0-transport"
+    if contract.schema_version == 2:
+        _require(raw, "completion_evidence", contract.rollout_id, "schema_version 2")
+        return "osworld" if osworld else "gym-0.7.0-full"
+    raise ContractError(
+        "unsupported_contract",
+        rollout_id=contract.rollout_id,
+        detail=f"context_compaction_contract.schema_version={contract.schema_version!r}; supported: 2 (full), 3 (transport)",
+    )
+
+
+def _require(raw: Mapping[str, Any], field: str, rollout_id: str, why: str) -> None:
+    if not isinstance(raw.get(field), list):
+        raise ContractError(
+            "malformed_payload", rollout_id=rollout_id, detail=f"{field}: required by {why} but missing or not a list"
+        )
+
+
+# ---------------------------------------------------------------------------------------------
+# calls
+
+
+@dataclass(frozen=True, slots=True)
+class _TokenItem:
+    output_index: int
+    fields: TokenFields
+
+
+def _token_items(
+    response: GymResponse, raw: Mapping[str, Any], rollout_id: str, violations: list[Violation]
+) -> list[_TokenItem]:
+    """The token-bearing output items in order; a partial token bundle is a violation."""
+    items: list[_TokenItem] = []
+    raw_output = raw["output"]
+    for index, raw_item in enumerate(raw_output):
+        present = [f for f in TOKEN_FIELDS if isinstance(raw_item, Mapping) and raw_item.get(f) is not None]
+        if not present:
+            continue
+        if len(present) != len(TOKEN_FIELDS):
+            missing = [f for f in TOKEN_FIELDS if f not in present]
+            violations.append(
+                Violation(
+                    "missing_token_evidence",
+                    len(items) + 1,
+                    f"output[{index}] carries {present} but not {missing}; token metadata must be complete",
+                )
+            )
+            continue
+        try:
+            fields = TokenFields.model_validate(raw_item)
+        except ValidationError as exc:
+            raise _malformed_item(exc, index, rollout_id) from None
+        items.append(_TokenItem(index, fields))
+    return items
+
+
+def _malformed_item(exc: ValidationError, index: int, rollout_id: str) -> ContractError:
+    first = exc.errors()[0]
+    return ContractError(
+        "malformed_payload",
+        rollout_id=rollout_id,
+        detail=f"response.output[{index}].{_format_loc(first['loc'])}: {first['msg']}",
+    )
+
+
+def _build_calls(
+    token_items: list[_TokenItem],
+    records: list[CallRecord] | None,
+    rollout_id: str,
+    flavour: str,
+    violations: list[Violation],
+) -> list[ModelCall]:
+    if records is not None and len(records) != len(token_items):
+        violations.append(
+            Violation(
+                "metadata_count_mismatch",
+                None,
+                f"{len(records)} per-call records but {len(token_items)} token-bearing output items; "
+                "Gym binds them one to one in order",
+            )
+        )
+    if records is None and not token_items:
+        violations.append(
+            Violation(
+                "missing_token_evidence",
+                None,
+                "no output item carries prompt_token_ids/generation_token_ids/generation_log_probs; "
+                "nothing to train on (first prompt longer than max_model_len, or only reasoning/tool items?)",
+            )
+        )
+    n = len(token_items) if records is None else min(len(records), len(token_items))
+    calls: list[ModelCall] = []
+    for i in range(n):
+        item = token_items[i]
+        f = item.fields
+        rec = records[i] if records is not None else None
+        turn_id = rec.turn_id if rec is not None else i + 1
+        routes = _decode_routes(f.routed_experts, rollout_id, turn_id, violations)
+        declared_digest = getattr(rec, "generation_evidence_digest", None) if rec is not None else None
+        if isinstance(rec, ObservedCompletion):
+            _check_full_record_matches(rec, f, rollout_id, violations)
+        if rec is not None and rec.rollout_id != rollout_id:
+            violations.append(
+                Violation(
+                    "rollout_id_mismatch",
+                    turn_id,
+                    f"call record rollout_id={rec.rollout_id!r} but the contract says {rollout_id!r}",
+                )
+            )
+        calls.append(
+            ModelCall(
+                turn_id=turn_id,
+                prompt_token_ids=tuple(f.prompt_token_ids),
+                sampled_token_ids=tuple(f.generation_token_ids),
+                sampled_logprobs=tuple(float(x) for x in f.generation_log_probs),
+                media_ids=tuple(rec.media_ids) if rec is not None else (),
+                routed_experts=routes,
+                expected_append_compatible=rec.expected_append_compatible if rec is not None else None,
+                compaction_event_id=rec.compaction_event_id if rec is not None else None,
+                finish_reason=rec.finish_reason if rec is not None else None,
+                policy_version=f.policy_version if f.policy_version is not None else (rec.policy_version if rec else None),
+                declared_digest=declared_digest,
+                output_index=item.output_index,
+            )
+        )
+    return calls
+
+
+def _check_full_record_matches(
+    rec: ObservedCompletion, f: TokenFields, rollout_id: str, violations: list[Violation]
+) -> None:
+    """Schema 2 carries the arrays twice (record and output item); they must agree."""
+    same = (
+        rec.prompt_token_ids == f.prompt_token_ids
+        and rec.sampled_token_ids == f.generation_token_ids
+        and [float(x) for x in rec.sampled_logprobs] == [float(x) for x in f.generation_log_probs]
+    )
+    if not same:
+        violations.append(
+            Violation(
+                "evidence_digest_mismatch",
+                rec.turn_id,
+                "completion_evidence token arrays differ from the output item's prompt_token_ids/"
+                "generation_token_ids/generation_log_probs",
+            )
+        )
+
+
+def _decode_routes(raw: object, rollout_id: str, turn_id: int, violations: list[Violation]) -> np.ndarray | None:
+    if raw is None:
+        return None
+    if isinstance(raw, str):
+        arr = _decode_route_envelope(raw, turn_id, violations)
+        if arr is None:
+            return None
+    else:
+        try:
+            arr = np.asarray(raw, dtype=np.int64)
+        except ValueError:
+            violations.append(Violation("routed_experts_shape", turn_id, "routed_experts is a ragged nested list"))
+            return None
+    if arr.ndim != 3:
+        violations.append(
+            Violation("routed_experts_shape", turn_id, f"routed_experts must be 3-D [tokens, layers, topk], got shape {list(arr.shape)}")
+        )
+        return None
+    return arr.astype(np.int64, copy=False)
+
+
+def _decode_route_envelope(text: str, turn_id: int, violations: list[Violation]) -> np.ndarray | None:
+    parts = text.split(":", 3)
+    if len(parts) != 4 or parts[0] != _ROUTES_MAGIC or parts[1] not in _ROUTES_DTYPES:
+        violations.append(
+            Violation(
+                "routed_experts_shape",
+                turn_id,
+                f"routed_experts string is not a '{_ROUTES_MAGIC}:<int8|int16|int32>:SxLxK:<base64>' envelope",
+            )
+        )
+        return None
+    try:
+        shape = tuple(int(x) for x in parts[2].split("x"))
+        data = base64.b64decode(parts[3], validate=True)
+    except (ValueError, binascii.Error):
+        violations.append(Violation("routed_experts_shape", turn_id, "routed_experts envelope has a bad shape or base64"))
+        return None
+    dtype = np.dtype(_ROUTES_DTYPES[parts[1]]).newbyteorder("<")
+    expected = int(np.prod(shape)) * dtype.itemsize if shape else 0
+    if len(shape) != 3 or len(data) != expected:
+        violations.append(
+            Violation(
+                "routed_experts_shape",
+                turn_id,
+                f"routed_experts envelope shape {list(shape)} needs {expected} bytes, got {len(data)}",
+            )
+        )
+        return None
+    return np.frombuffer(data, dtype=dtype).reshape(shape).astype(np.int64)
+
+
+__all__ = ["Ingested", "ingest_result", "normalize_result"]

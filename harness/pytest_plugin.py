@@ -1,0 +1,1 @@
+"""pytest plugin for compactsim (fixtures and markers arrive with the runner)."""
