@@ -7,7 +7,7 @@ then works on frozen dataclasses. Field tables: ``reference/gym-contract.md`` §
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr
 
@@ -16,8 +16,12 @@ CONTRACT_KEYS: tuple[str, ...] = ("context_compaction_contract", "rollout_trace_
 #: The three fields that make an output item token-bearing; Gym requires all three together.
 TOKEN_FIELDS: tuple[str, ...] = ("prompt_token_ids", "generation_token_ids", "generation_log_probs")
 
-Number = StrictFloat | StrictInt
-RoutedExperts = StrictStr | list[list[list[StrictInt]]]
+#: vLLM token ids are vocabulary indices: non-negative and within int32.
+TokenId = Annotated[StrictInt, Field(ge=0, lt=2**31)]
+#: Logprobs must be finite numbers (NaN/inf would poison the loss silently).
+Number = Annotated[StrictFloat, Field(allow_inf_nan=False)] | StrictInt
+RouteId = Annotated[StrictInt, Field(ge=-1, lt=2**31)]
+RoutedExperts = StrictStr | list[list[list[RouteId]]]
 
 
 class _Tolerant(BaseModel):
@@ -29,8 +33,8 @@ class _Tolerant(BaseModel):
 class TokenFields(_Tolerant):
     """`TokenIDLogProbMixin`: the exact token evidence of one model call, on its last output item."""
 
-    prompt_token_ids: list[StrictInt]
-    generation_token_ids: list[StrictInt]
+    prompt_token_ids: list[TokenId]
+    generation_token_ids: list[TokenId]
     generation_log_probs: list[Number]
     routed_experts: RoutedExperts | None = None
     #: compactsim extension: the policy version that generated this call (mock server reports it).
@@ -95,8 +99,8 @@ class ModelCallMetadata(CallRecord):
 class ObservedCompletion(CallRecord):
     """Full envelope (schema 2) per-call record carrying the token arrays itself."""
 
-    prompt_token_ids: list[StrictInt]
-    sampled_token_ids: list[StrictInt]
+    prompt_token_ids: list[TokenId]
+    sampled_token_ids: list[TokenId]
     sampled_logprobs: list[Number]
 
 

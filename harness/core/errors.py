@@ -39,6 +39,7 @@ ContractCode = Literal[
     "empty_trace",
     "inconsistent_routed_expert_shapes",
     "media_decode",
+    "oversized_group",
 ]
 
 #: Every contract code with the situations that usually produce it.
@@ -69,6 +70,8 @@ CONTRACT_CODES: dict[str, str] = {
     "empty_trace": "A physical trace with no model call.",
     "inconsistent_routed_expert_shapes": "Routed-expert tensors disagree on layers/topk across rows.",
     "media_decode": "A media asset's source_part cannot be decoded into pixels.",
+    "oversized_group": "A group has more rollouts than num_generations_per_prompt (two tasks share a group id, "
+    "or one rollout was submitted twice under different ids).",
 }
 
 assert set(CONTRACT_CODES) == set(get_args(ContractCode)), "CONTRACT_CODES out of sync with ContractCode"
@@ -135,10 +138,11 @@ class ConfigError(CompactsimError, ValueError):
         super().__init__(text)
 
     def __reduce__(self):
-        return (ConfigError, (self.code, self.detail), {"violations": self.violations})
+        return (_rebuild_config_error, (self.code, self.detail, self.violations))
 
-    def __setstate__(self, state: dict[str, object]) -> None:
-        self.violations = state["violations"]  # type: ignore[assignment]
+
+def _rebuild_config_error(code: ConfigCode, detail: str, violations: tuple[str, ...]) -> ConfigError:
+    return ConfigError(code, detail, violations=violations)
 
 
 __all__ = [

@@ -27,6 +27,7 @@ from harness.core.contract import (
     RunResult,
     TokenFields,
 )
+from harness.core.digests import generation_evidence_digest
 from harness.core.errors import ContractError
 from harness.core.evidence import BoundaryEvent, MediaAsset, ModelCall, RolloutEvidence
 from harness.core.trace_plan import Violation
@@ -331,6 +332,8 @@ def _build_calls(
         declared_digest = getattr(rec, "generation_evidence_digest", None) if rec is not None else None
         if isinstance(rec, ObservedCompletion):
             _check_full_record_matches(rec, f, rollout_id, violations)
+        elif declared_digest is not None:
+            _check_digest(declared_digest, f, turn_id, violations)
         if rec is not None and rec.rollout_id != rollout_id:
             violations.append(
                 Violation(
@@ -356,6 +359,20 @@ def _build_calls(
             )
         )
     return calls
+
+
+def _check_digest(declared: str, f: TokenFields, turn_id: int, violations: list[Violation]) -> None:
+    """The metadata record binds to its output item only through this digest; Gym never re-checks it."""
+    actual = generation_evidence_digest(f.prompt_token_ids, f.generation_token_ids, f.generation_log_probs)
+    if actual != declared:
+        violations.append(
+            Violation(
+                "evidence_digest_mismatch",
+                turn_id,
+                f"generation_evidence_digest {declared[:16]}… does not recompute from the output item's token "
+                f"arrays ({actual[:16]}…)",
+            )
+        )
 
 
 def _check_full_record_matches(
@@ -388,7 +405,7 @@ def _decode_routes(raw: object, rollout_id: str, turn_id: int, violations: list[
     else:
         try:
             arr = np.asarray(raw, dtype=np.int64)
-        except ValueError:
+        except (ValueError, OverflowError):
             violations.append(Violation("routed_experts_shape", turn_id, "routed_experts is a ragged nested list"))
             return None
     if arr.ndim != 3:

@@ -1,0 +1,256 @@
+"""Adversarial mutations of otherwise valid Gym evidence, each with the error code it must provoke.
+
+Every mutation is a pure function from a valid response dict (transport, PR #2870 or full
+shape, with at least one declared boundary, one append-compatible call and one image) to a new
+dict that breaks exactly one contract rule. Mutations that touch token arrays re-seal the digest
+so that the targeted rule, not the digest check, is what fires.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from harness.core.digests import generation_evidence_digest
+from harness.core.errors import ContractCode
+
+Payload = dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Mutation:
+    """One adversarial edit and the contract code a correct consumer must raise for it."""
+
+    name: str
+    code: ContractCode
+    purpose: str
+    apply: Callable[[Payload], Payload]
+
+
+class MutationNotApplicable(ValueError):
+    """The payload lacks what this mutation needs (e.g. no boundary to spoof)."""
+
+
+def _body(payload: Payload) -> Payload:
+    return payload["response"] if "response" in payload and "output" not in payload else payload
+
+
+def _records(resp: Payload) -> list[dict[str, Any]]:
+    return resp.get("model_call_metadata") or resp.get("completion_evidence") or []
+
+
+def _token_items(resp: Payload) -> list[dict[str, Any]]:
+    return [item for item in resp["output"] if isinstance(item, dict) and item.get("generation_token_ids") is not None]
+
+
+def _contract(resp: Payload) -> dict[str, Any]:
+    return resp.get("context_compaction_contract") or resp["rollout_trace_contract"]
+
+
+def _reseal(resp: Payload, index: int) -> None:
+    """Recompute the digest (or the schema-2 arrays) of call `index` after editing its item."""
+    item, rec = _token_items(resp)[index], _records(resp)[index]
+    if "generation_evidence_digest" in rec:
+        rec["generation_evidence_digest"] = generation_evidence_digest(
+            item["prompt_token_ids"], item["generation_token_ids"], item["generation_log_probs"]
+        )
+    else:
+        rec["prompt_token_ids"] = list(item["prompt_token_ids"])
+        rec["sampled_token_ids"] = list(item["generation_token_ids"])
+        rec["sampled_logprobs"] = list(item["generation_log_probs"])
+
+
+def _boundary_index(resp: Payload) -> int:
+    for i, rec in enumerate(_records(resp)):
+        if rec.get("compaction_event_id"):
+            return i
+    raise MutationNotApplicable("payload has no call with a compaction_event_id")
+
+
+def _append_index(resp: Payload) -> int:
+    for i, rec in enumerate(_records(resp)):
+        if i > 0 and rec.get("expected_append_compatible"):
+            return i
+    raise MutationNotApplicable("payload has no append-compatible call")
+
+
+def _media_index(resp: Payload) -> int:
+    for i, rec in enumerate(_records(resp)):
+        if rec.get("media_ids"):
+            return i
+    raise MutationNotApplicable("payload has no call with media")
+
+
+def _mutating(fn: Callable[[Payload], None]) -> Callable[[Payload], Payload]:
+    def apply(payload: Payload) -> Payload:
+        out = copy.deepcopy(payload)
+        fn(_body(out))
+        return out
+
+    apply.__name__ = fn.__name__
+    apply.__doc__ = fn.__doc__
+    return apply
+
+
+@_mutating
+def spoof_append_declaration(resp: Payload) -> None:
+    """Declare the rewrite call append-compatible and hide its boundary."""
+    i = _boundary_index(resp)
+    rec = _records(resp)[i]
+    event_id = rec["compaction_event_id"]
+    rec["expected_append_compatible"] = True
+    rec["compaction_event_id"] = None
+    resp["boundary_events"] = [e for e in resp["boundary_events"] if e["event_id"] != event_id]
+
+
+@_mutating
+def drop_boundary_declaration(resp: Payload) -> None:
+    """Remove the boundary event and the call's reference to it (no declaration at all)."""
+    i = _boundary_index(resp)
+    rec = _records(resp)[i]
+    event_id = rec["compaction_event_id"]
+    rec["compaction_event_id"] = None
+    resp["boundary_events"] = [e for e in resp["boundary_events"] if e["event_id"] != event_id]
+
+
+@_mutating
+def boundary_on_prefix_continuation(resp: Payload) -> None:
+    """Declare a boundary on a call whose prompt really extends the previous context."""
+    i = _append_index(resp)
+    rec = _records(resp)[i]
+    event_id = f"boundary-{rec['turn_id']:06d}-spoofed00000"
+    rec["expected_append_compatible"] = False
+    rec["compaction_event_id"] = event_id
+    resp["boundary_events"].append(
+        {"event_id": event_id, "trigger_after_step": rec["turn_id"] - 1, "applies_to_step": rec["turn_id"],
+         "reason": "history_policy_rewrite"}
+    )
+
+
+@_mutating
+def ghost_media(resp: Payload) -> None:
+    """Reference a media id that media_assets does not hold."""
+    _records(resp)[-1]["media_ids"].append("ghost")
+
+
+@_mutating
+def remove_media_asset(resp: Payload) -> None:
+    """Drop the asset of an image a call still references."""
+    media_id = _records(resp)[_media_index(resp)]["media_ids"][0]
+    del resp["media_assets"][media_id]
+
+
+@_mutating
+def corrupt_digest(resp: Payload) -> None:
+    """Alter a logprob without resealing: the evidence no longer matches its record."""
+    i = len(_token_items(resp)) - 1
+    item = _token_items(resp)[i]
+    item["generation_log_probs"][0] = float(item["generation_log_probs"][0]) - 0.5
+
+
+@_mutating
+def shift_prompt_token(resp: Payload) -> None:
+    """Change one prompt token of an append-compatible call (digest resealed: a consistent forgery)."""
+    i = _append_index(resp)
+    item = _token_items(resp)[i]
+    item["prompt_token_ids"][0] = item["prompt_token_ids"][0] + 1
+    _reseal(resp, i)
+
+
+@_mutating
+def drop_logprob(resp: Payload) -> None:
+    """One sampled id loses its logprob (resealed)."""
+    i = len(_token_items(resp)) - 1
+    _token_items(resp)[i]["generation_log_probs"].pop()
+    _reseal(resp, i)
+
+
+@_mutating
+def dangling_compaction_event(resp: Payload) -> None:
+    """Point the rewrite call at a boundary event that does not exist."""
+    _records(resp)[_boundary_index(resp)]["compaction_event_id"] = "boundary-999999-000000000000"
+
+
+@_mutating
+def drop_call_record(resp: Payload) -> None:
+    """Lose one per-call metadata record: records and token items no longer pair up."""
+    _records(resp).pop()
+
+
+@_mutating
+def partial_token_fields(resp: Payload) -> None:
+    """A token-bearing item without its logprobs."""
+    del _token_items(resp)[0]["generation_log_probs"]
+
+
+@_mutating
+def swap_turn_ids(resp: Payload) -> None:
+    """Two call records out of order."""
+    recs = _records(resp)
+    recs[0]["turn_id"], recs[1]["turn_id"] = recs[1]["turn_id"], recs[0]["turn_id"]
+
+
+@_mutating
+def foreign_rollout_id(resp: Payload) -> None:
+    """A call record that claims another rollout."""
+    _records(resp)[-1]["rollout_id"] = _contract(resp)["rollout_id"] + "-other"
+
+
+@_mutating
+def surplus_route_rows(resp: Payload) -> None:
+    """routed_experts with two more rows than prompt + sampled tokens."""
+    item = _token_items(resp)[0]
+    rows = len(item["prompt_token_ids"]) + len(item["generation_token_ids"]) + 2
+    item["routed_experts"] = [[[0, 1]] for _ in range(rows)]
+
+
+@_mutating
+def unknown_schema_version(resp: Payload) -> None:
+    """A contract schema this consumer does not know."""
+    if "context_compaction_contract" not in resp:
+        raise MutationNotApplicable("only the 0.7.0 shape has schema_version")
+    resp["context_compaction_contract"]["schema_version"] = 4
+
+
+@_mutating
+def reorder_trace_media(resp: Payload) -> None:
+    """Inside one physical trace a later call loses the image the previous call showed."""
+    i = _append_index(resp)
+    assets = sorted(resp.get("media_assets") or {})
+    if not assets:
+        raise MutationNotApplicable("payload has no media asset")
+    recs = _records(resp)
+    recs[i - 1]["media_ids"] = [assets[0]]
+    recs[i]["media_ids"] = []
+
+
+MUTATIONS: tuple[Mutation, ...] = (
+    Mutation("spoof_append_declaration", "append_declaration_mismatch",
+             "Gym claims append-compatibility the tokens do not show", spoof_append_declaration),
+    Mutation("drop_boundary_declaration", "undeclared_discontinuity",
+             "a rewrite with no declaration must not be split silently", drop_boundary_declaration),
+    Mutation("boundary_on_prefix_continuation", "boundary_without_rewrite",
+             "a boundary that does not correspond to a rewrite", boundary_on_prefix_continuation),
+    Mutation("ghost_media", "unknown_media_asset", "a call references media id 'ghost'", ghost_media),
+    Mutation("remove_media_asset", "unknown_media_asset", "an asset is missing for a used image", remove_media_asset),
+    Mutation("corrupt_digest", "evidence_digest_mismatch", "token evidence altered after sealing", corrupt_digest),
+    Mutation("shift_prompt_token", "append_declaration_mismatch",
+             "a resealed forgery of one prompt token inside a trace", shift_prompt_token),
+    Mutation("drop_logprob", "token_logprob_length_mismatch", "two sampled ids, one logprob", drop_logprob),
+    Mutation("dangling_compaction_event", "orphan_compaction_event",
+             "compaction_event_id names no boundary event", dangling_compaction_event),
+    Mutation("drop_call_record", "metadata_count_mismatch", "fewer records than token items", drop_call_record),
+    Mutation("partial_token_fields", "missing_token_evidence", "a token item without logprobs", partial_token_fields),
+    Mutation("swap_turn_ids", "turn_order", "turn ids out of order", swap_turn_ids),
+    Mutation("foreign_rollout_id", "rollout_id_mismatch", "a record from another rollout", foreign_rollout_id),
+    Mutation("surplus_route_rows", "routed_experts_shape", "more than one surplus route row", surplus_route_rows),
+    Mutation("unknown_schema_version", "unsupported_contract", "schema_version 4", unknown_schema_version),
+    Mutation("reorder_trace_media", "media_continuity",
+             "media inside a trace do not extend the previous call's", reorder_trace_media),
+)
+
+MUTATIONS_BY_NAME: dict[str, Mutation] = {m.name: m for m in MUTATIONS}
+
+__all__ = ["MUTATIONS", "MUTATIONS_BY_NAME", "Mutation", "MutationNotApplicable", "Payload"]
