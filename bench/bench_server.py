@@ -1,0 +1,247 @@
+"""Mock model server throughput against a bare FastAPI endpoint, measured side by side in one run.
+
+Both servers run as uvicorn subprocesses on 127.0.0.1 (one worker each, the same HTTP stack);
+this process drives 32 concurrent clients (httpx, keep-alive) against each in interleaved rounds
+after a burn-in. The bare endpoint returns a fixed body of the same size as a scripted answer, so
+the ratio measures what the mock costs on top of FastAPI: parsing, digesting, rendering, scripted
+logprobs/routes and serialisation. Policy-mode generation speed is measured in-process (no HTTP).
+
+    .venv/bin/python bench/bench_server.py [--rounds 5] [--per-client 10]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+from starlette.requests import Request  # module level: the bare app's annotations resolve here
+from starlette.responses import Response
+
+REPO = Path(__file__).resolve().parents[1]
+CLIENTS = 32
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _bodies() -> list[dict]:
+    """One request per client: a short computer-use style conversation with metadata."""
+    out = []
+    for i in range(CLIENTS):
+        out.append({
+            "model": "m",
+            "messages": [
+                {"role": "system", "content": "You operate a desktop. Use tools."},
+                {"role": "user", "content": f"Open the settings panel (task {i})."},
+            ],
+            "logprobs": True, "top_logprobs": 0, "return_tokens_as_token_ids": True, "return_token_ids": True,
+            "metadata": {"compactsim_rollout_id": f"bench-{i}", "compactsim_turn": "1"},
+        })
+    return out
+
+
+def _settings_json() -> str:
+    script = {f"bench-{i}": [{"reasoning": "I should open the settings first.",
+                              "tool_calls": [{"name": "click", "arguments": {"x": 120, "y": 48}}]}] for i in range(CLIENTS)}
+    return json.dumps({"mode": "scripted", "seed": 1, "script": script})
+
+
+def _serve(kind: str, port: int, fixed_path: Path | None) -> subprocess.Popen:
+    code = f"import sys; sys.path.insert(0, {str(REPO)!r}); import bench.bench_server as b; b._run_server({kind!r}, {port}, {str(fixed_path)!r})"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    return subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+
+def _run_server(kind: str, port: int, fixed_path: str) -> None:
+    import uvicorn
+    from fastapi import FastAPI
+
+    if kind == "bare":
+        body = Path(fixed_path).read_bytes()
+        app = FastAPI()
+
+        @app.post("/v1/chat/completions")
+        async def fixed(request: Request) -> Response:
+            await request.body()
+            return Response(content=body, media_type="application/json")
+
+        @app.get("/health")
+        async def health() -> Response:
+            return Response(content=b'{"status":"ok"}', media_type="application/json")
+    else:
+        from harness.core.policy import configure_determinism
+        from mock_servers.model_server import ServerSettings, create_app
+
+        configure_determinism()
+        app = create_app(ServerSettings.model_validate_json(Path(fixed_path).read_text()))
+    uvicorn.run(app, host="127.0.0.1", port=port, log_level="error", access_log=False)
+
+
+async def _wait(url: str) -> None:
+    async with httpx.AsyncClient() as c:
+        for _ in range(400):
+            try:
+                if (await c.get(url + "/health")).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            await asyncio.sleep(0.05)
+    raise RuntimeError(f"server at {url} did not start")
+
+
+async def _round(client: httpx.AsyncClient, url: str, bodies: list[dict], per_client: int) -> tuple[float, list[float]]:
+    """Requests/s and per-request latencies (s) for CLIENTS concurrent clients, `per_client` requests each."""
+    lat: list[float] = []
+
+    async def worker(body: dict) -> None:
+        for _ in range(per_client):
+            t0 = time.perf_counter()
+            r = await client.post(url + "/v1/chat/completions", json=body)
+            lat.append(time.perf_counter() - t0)
+            if r.status_code != 200:
+                raise RuntimeError(f"{url}: {r.status_code} {r.text[:200]}")
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(worker(b) for b in bodies))
+    return len(bodies) * per_client / (time.perf_counter() - t0), lat
+
+
+def _pct(xs: list[float], q: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(q * len(xs)))]
+
+
+async def _http_bench(rounds: int, per_client: int, tmp: Path) -> dict:
+    bodies = _bodies()
+    settings_path = tmp / "bench_server_settings.json"
+    settings_path.write_text(_settings_json())
+    fixed_path = tmp / "bench_server_fixed.json"
+    ports = {"bare": _free_port(), "mock": _free_port()}
+    mock = _serve("mock", ports["mock"], settings_path)
+    bare = None
+    try:
+        mock_url, bare_url = f"http://127.0.0.1:{ports['mock']}", f"http://127.0.0.1:{ports['bare']}"
+        await _wait(mock_url)
+        async with httpx.AsyncClient() as c:  # the fixed body = a real scripted answer
+            fixed_path.write_bytes((await c.post(mock_url + "/v1/chat/completions", json=bodies[0])).content)
+        bare = _serve("bare", ports["bare"], fixed_path)
+        await _wait(bare_url)
+        limits = httpx.Limits(max_connections=CLIENTS, max_keepalive_connections=CLIENTS)
+        res: dict[str, list] = {"bare": [], "mock": [], "bare_lat": [], "mock_lat": []}
+        async with httpx.AsyncClient(limits=limits, timeout=30.0) as client:
+            for url in (bare_url, mock_url):  # burn-in
+                await _round(client, url, bodies, 2)
+            for _ in range(rounds):
+                for name, url in (("bare", bare_url), ("mock", mock_url)):
+                    rps, lat = await _round(client, url, bodies, per_client)
+                    res[name].append(rps)
+                    res[f"{name}_lat"] += lat
+        return {
+            "bare_rps": statistics.median(res["bare"]), "mock_rps": statistics.median(res["mock"]),
+            "ratio": statistics.median(m / b for m, b in zip(res["mock"], res["bare"])),
+            "bare_p50_ms": 1e3 * _pct(res["bare_lat"], 0.5), "bare_p99_ms": 1e3 * _pct(res["bare_lat"], 0.99),
+            "mock_p50_ms": 1e3 * _pct(res["mock_lat"], 0.5), "mock_p99_ms": 1e3 * _pct(res["mock_lat"], 0.99),
+            "ratios": [m / b for m, b in zip(res["mock"], res["bare"])], "n": rounds, "requests_per_round": CLIENTS * per_client, "response_bytes": fixed_path.stat().st_size,
+        }
+    finally:
+        for p in (mock, bare):
+            if p is not None:
+                p.terminate()
+                p.wait(timeout=10)
+
+
+async def _asgi_bench(n: int) -> dict:
+    """Same requests through httpx.ASGITransport (no sockets, one client): the handler cost alone."""
+    from fastapi import FastAPI
+
+    from mock_servers.model_server import ServerSettings, create_app
+
+    bodies = _bodies()
+    mock = create_app(ServerSettings.model_validate_json(_settings_json()))
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=mock), base_url="http://m") as c:
+        fixed = (await c.post("/v1/chat/completions", json=bodies[0])).content
+    bare = FastAPI()
+
+    @bare.post("/v1/chat/completions")
+    async def fixed_body(request: Request) -> Response:
+        await request.body()
+        return Response(content=fixed, media_type="application/json")
+
+    out: dict[str, list[float]] = {"bare": [], "mock": []}
+    clients = {name: httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://m")
+               for name, app in (("bare", bare), ("mock", mock))}
+    try:
+        for rnd in range(6):  # round 0 is burn-in
+            for name, c in clients.items():
+                t0 = time.perf_counter()
+                for i in range(n):
+                    await c.post("/v1/chat/completions", json=bodies[i % CLIENTS])
+                if rnd:
+                    out[name].append(n / (time.perf_counter() - t0))
+    finally:
+        for c in clients.values():
+            await c.aclose()
+    return {"bare_rps": statistics.median(out["bare"]), "mock_rps": statistics.median(out["mock"]),
+            "ratio": statistics.median(m / b for m, b in zip(out["mock"], out["bare"])), "n": len(out["mock"]), "requests": n}
+
+
+def _policy_bench(requests: int, dtype: str) -> dict:
+    """Policy-mode generation in-process: generated tokens per second (prompt ~60 tokens, 28 generated)."""
+    from harness.core.chat_template import render_chat
+    from harness.core.policy import configure_determinism
+    from mock_servers.model_server.engine import CallKey, Engine
+    from mock_servers.model_server.settings import PolicySettings, ServerSettings
+
+    configure_determinism()
+    engine = Engine(ServerSettings(mode="policy", seed=1, policy=PolicySettings(dtype=dtype, default_reasoning_bytes=8,
+                                                                               default_text_bytes=16)))
+    prompts = [render_chat(b["messages"]) for b in _bodies()[:requests]]
+    engine.generate(prompts[0], request_digest="burnin", key=CallKey("b", 0, False), max_tokens=None)
+    t0 = time.perf_counter()
+    tokens = 0
+    for i, p in enumerate(prompts):
+        gen = engine.generate(p, request_digest=f"bench-{i}", key=CallKey("b", 0, False), max_tokens=None)
+        tokens += len(gen.sampled_ids)
+    dt = time.perf_counter() - t0
+    return {"tokens_per_s": tokens / dt, "tokens": tokens, "requests": requests, "dtype": dtype,
+            "prompt_tokens": len(prompts[0].token_ids)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--per-client", type=int, default=10)
+    ap.add_argument("--policy-requests", type=int, default=16)
+    args = ap.parse_args()
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        h = asyncio.run(_http_bench(args.rounds, args.per_client, Path(tmp)))
+    print(f"scripted mock/bare FastAPI: median {h['ratio']:.2f}x (n={h['n']} rounds, {CLIENTS} concurrent clients, "
+          f"{h['requests_per_round']} requests/round, {h['response_bytes']} B responses)")
+    print("  per-round ratios: " + " ".join(f"{r:.2f}" for r in h["ratios"]))
+    print(f"  bare:     {h['bare_rps']:8.1f} req/s  p50 {h['bare_p50_ms']:6.2f} ms  p99 {h['bare_p99_ms']:6.2f} ms")
+    print(f"  scripted: {h['mock_rps']:8.1f} req/s  p50 {h['mock_p50_ms']:6.2f} ms  p99 {h['mock_p99_ms']:6.2f} ms")
+    a = asyncio.run(_asgi_bench(200))
+    print(f"in-process ASGI handler cost, scripted mock/bare: median {a['ratio']:.2f}x (n={a['n']} rounds of {a['requests']} "
+          f"sequential requests; bare {a['bare_rps']:.0f} req/s, scripted {a['mock_rps']:.0f} req/s)")
+    for dtype in ("float64", "float32"):
+        p = _policy_bench(args.policy_requests, dtype)
+        print(f"policy mode ({p['dtype']}, CPU, 1 thread): {p['tokens_per_s']:.0f} generated tokens/s "
+              f"({p['tokens']} tokens over {p['requests']} requests, prompts of {p['prompt_tokens']} tokens)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,82 @@
+"""Decode a base64 `data:image/...` URL into a float pixel tensor [3, H, W] in [0, 1].
+
+Only inline data URLs are accepted: a path or an http(s) URL is rejected, never opened, so a
+request can never make compactsim read a file or reach the network. Sizes are checked before
+pixels are decoded (decompression bombs fail on the header).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import io
+
+from harness.core.errors import ContractError
+
+#: Default caps: encoded payload bytes and decoded pixel count per image.
+MAX_IMAGE_BYTES: int = 4 * 1024 * 1024
+MAX_IMAGE_PIXELS: int = 4096 * 4096
+
+_PREFIX = "data:image/"
+
+
+def data_url_payload(url: str) -> tuple[str, bytes]:
+    """Split a base64 image data URL into (subtype, raw bytes); raise `ContractError(media_decode)` otherwise."""
+    if not isinstance(url, str) or not url.startswith(_PREFIX):
+        shown = url[:40] if isinstance(url, str) else type(url).__name__
+        raise ContractError("media_decode", detail=f"image_url {shown!r}: only base64 data:image/... URLs are accepted "
+                            "(paths and http URLs are never read)")
+    head, sep, body = url.partition(",")
+    if not sep or not head.endswith(";base64"):
+        raise ContractError("media_decode", detail=f"image_url header {head[:40]!r}: expected 'data:image/<type>;base64,'")
+    subtype = head[len(_PREFIX):-len(";base64")]
+    try:
+        raw = base64.b64decode(body, validate=True)
+    except (binascii.Error, ValueError) as exc:
+        raise ContractError("media_decode", detail=f"image_url base64 payload is invalid: {exc}") from None
+    return subtype, raw
+
+
+def encoded_size(url: str) -> int:
+    """Decoded byte size of a base64 data URL without decoding it (for 413 checks)."""
+    _, _, body = url.partition(",")
+    return (len(body) * 3) // 4
+
+
+def decode_data_url(url: str, *, max_bytes: int = MAX_IMAGE_BYTES, max_pixels: int = MAX_IMAGE_PIXELS, dtype=None):
+    """Pixels of an inline image as a `torch.Tensor` [3, H, W] (RGB, values in [0, 1], `dtype` default float32).
+
+    Raises `ContractError("media_decode")` for anything that is not a decodable image within the caps.
+    """
+    import numpy as np
+    import torch
+    from PIL import Image, UnidentifiedImageError
+
+    if isinstance(url, str) and encoded_size(url) > max_bytes:
+        raise ContractError("media_decode", detail=f"image is {encoded_size(url)} bytes; the cap is {max_bytes}")
+    _, raw = data_url_payload(url)
+    if len(raw) > max_bytes:
+        raise ContractError("media_decode", detail=f"image is {len(raw)} bytes; the cap is {max_bytes}")
+    try:
+        with Image.open(io.BytesIO(raw)) as im:
+            w, h = im.size
+            if w * h > max_pixels:
+                raise ContractError("media_decode", detail=f"image is {w}x{h} = {w * h} pixels; the cap is {max_pixels}")
+            rgb = np.asarray(im.convert("RGB"), dtype=np.uint8)  # (H, W, 3)
+    except (UnidentifiedImageError, OSError, ValueError) as exc:
+        raise ContractError("media_decode", detail=f"image bytes do not decode: {exc}") from None
+    t = torch.from_numpy(rgb.copy()).permute(2, 0, 1).contiguous()  # (3, H, W) uint8
+    return t.to(dtype or torch.float32) / 255.0
+
+
+def png_data_url(pixels) -> str:
+    """Encode a uint8 array (H, W, 3) as a PNG data URL (deterministic bytes; for tests and scripted media)."""
+    import numpy as np
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.fromarray(np.asarray(pixels, dtype=np.uint8)).save(buf, format="PNG", optimize=False)
+    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+__all__ = ["MAX_IMAGE_BYTES", "MAX_IMAGE_PIXELS", "data_url_payload", "decode_data_url", "encoded_size", "png_data_url"]

@@ -1,0 +1,326 @@
+"""The generation core shared by every endpoint: rendered prompt in, sampled ids + logprobs + routes out.
+
+Scripted mode: sampled ids = `encode_action(step)` of the script step (or the digest-derived
+default); logprobs = the step's `logprobs` or markers keyed by (seed, rollout, call, position);
+routes = markers keyed by (seed, rollout, call, position, layer).
+
+Policy mode: the step fixes the *structure* (``<think>``/``</think>``, tool-call markers, tool
+names and arguments, the stop token) and the byte lengths of the reasoning and text spans; the
+bytes of those spans are sampled from the tiny policy restricted to printable ASCII, by an
+inverse-CDF draw keyed on (seed, request digest, absolute position). Every returned logprob,
+forced or sampled, is the policy's **full-vocabulary** log-softmax of that token at its position,
+computed by one forward over ``prompt + sampled[:-1]`` under the current weights, and the routes
+are the policy's own routes from that same forward. So a trainer recomputing with the same weights
+gets the same numbers (float64: |Δ| ≤ 1e-12). Note that the restricted sampling distribution is
+not the reported one; that is deliberate (parseable output) and harmless for recompute checks.
+
+Routes follow vLLM's packing: ``[P+G, L, K]``; the final row (the last sampled token, which is
+never forwarded) is the placeholder ``arange(K)``.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from harness.core import tokenizer as tok
+from harness.core.chat_template import ParsedCompletion, Rendered, parse_completion
+from harness.core.digests import bytes_digest
+from harness.core.errors import ConfigError, ContractError
+from mock_servers.model_server.sampling import placeholder_row, sample_text_token, scripted_logprobs, scripted_routes
+from mock_servers.model_server.settings import ScriptStep, ServerSettings
+
+
+class RequestRejected(Exception):
+    """A client mistake the server answers with `status_code` and ``{"detail": detail}``."""
+
+    def __init__(self, status_code: int, detail: str) -> None:
+        super().__init__(detail)
+        self.status_code = status_code
+        self.detail = detail
+
+
+@dataclass(frozen=True, slots=True)
+class CallKey:
+    """Which scripted call a request is: from metadata, or derived from the request digest."""
+
+    rollout_id: str
+    turn: int
+    from_metadata: bool
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Generation:
+    """One model call's evidence, before endpoint-specific serialisation and content faults."""
+
+    prompt_ids: tuple[int, ...]
+    sampled_ids: tuple[int, ...]
+    logprobs: tuple[float, ...] | None
+    top_logprobs: tuple[tuple[tuple[int, float], ...], ...]
+    routes: np.ndarray | None  # (P+G, L, K) int64
+    finish_reason: str  # "stop" | "length"
+    parsed: ParsedCompletion
+    policy_version: int
+    key: CallKey
+    media_ids: tuple[str, ...]
+
+
+def call_key(metadata: Any, request_digest: str) -> CallKey:
+    """Read ``compactsim_rollout_id`` / ``compactsim_turn`` from request metadata."""
+    md = metadata if isinstance(metadata, dict) else {}
+    rid = md.get("compactsim_rollout_id")
+    turn = md.get("compactsim_turn")
+    if rid is None:
+        return CallKey(rollout_id=f"req-{request_digest[:16]}", turn=0, from_metadata=False)
+    if not isinstance(rid, str) or not rid:
+        raise RequestRejected(422, "metadata.compactsim_rollout_id: expected a non-empty string")
+    if isinstance(turn, str) and turn.isdigit():
+        turn = int(turn)
+    if isinstance(turn, bool) or not isinstance(turn, int) or turn < 1:
+        raise RequestRejected(422, f"metadata.compactsim_turn: expected an int >= 1 (or its decimal string), found {turn!r}")
+    return CallKey(rollout_id=rid, turn=turn, from_metadata=True)
+
+
+def default_step(settings: ServerSettings, request_digest: str) -> ScriptStep:
+    """The answer when no script step applies: a final message (policy mode: reasoning + message)."""
+    if settings.mode == "policy":
+        p = settings.policy
+        return ScriptStep(reasoning="r" * p.default_reasoning_bytes if p.default_reasoning_bytes else None,
+                          text="t" * p.default_text_bytes)
+    return ScriptStep(text=f"Done ({request_digest[:8]}).")
+
+
+def check_prefix(prompt_ids: tuple[int, ...], required: list[int] | None) -> None:
+    """400 unless the rendered prompt starts with `required` (Gym's `required_prefix_token_ids`)."""
+    if required is None:
+        return
+    n = len(required)
+    if n > len(prompt_ids) or tuple(required) != prompt_ids[:n]:
+        first = next((i for i, (a, b) in enumerate(zip(required, prompt_ids)) if a != b), min(n, len(prompt_ids)))
+        got = prompt_ids[first] if first < len(prompt_ids) else None
+        want = required[first] if first < n else None
+        raise RequestRejected(
+            400,
+            "required_prefix_token_ids is not a prefix of the rendered prompt: "
+            f"required_count={n} prompt_count={len(prompt_ids)} first_mismatch_index={first} "
+            f"required_token={want} prompt_token={got}",
+        )
+
+
+class Engine:
+    """Holds settings, the (optional) policy and its version; `generate` is deterministic per (request, version)."""
+
+    def __init__(self, settings: ServerSettings) -> None:
+        self.settings = settings
+        self._lock = threading.Lock()
+        self._policy = None
+        self._policy_version = 0
+        self._weights_digest: str | None = None
+        if settings.mode == "policy":
+            self._install(self._seeded_policy(settings.policy.seed if settings.policy.seed is not None else settings.seed), bump=False)
+
+    # ------------------------------------------------------------------ weights
+
+    @property
+    def policy_version(self) -> int:
+        return self._policy_version
+
+    @property
+    def weights_digest(self) -> str | None:
+        return self._weights_digest
+
+    @property
+    def policy(self):
+        return self._policy
+
+    def _torch_dtype(self):
+        import torch
+
+        return {"float32": torch.float32, "float64": torch.float64}[self.settings.policy.dtype]
+
+    def _seeded_policy(self, seed: int):
+        from harness.core.policy import PolicyConfig, TinyPolicy
+
+        s = self.settings
+        cfg = PolicyConfig(n_layers=s.num_layers, n_experts=s.num_experts, top_k=s.top_k)
+        return TinyPolicy.from_seed(seed, cfg, dtype=self._torch_dtype(), device=s.policy.device)
+
+    def _install(self, policy, *, bump: bool) -> int:
+        digest = bytes_digest(policy.to_bytes())
+        with self._lock:
+            self._policy = policy
+            self._weights_digest = digest
+            if bump:
+                self._policy_version += 1
+            return self._policy_version
+
+    def load_weights(self, data: bytes) -> int:
+        """Load `TinyPolicy.to_bytes()` weights; bumps and returns `policy_version`."""
+        from harness.core.policy import TinyPolicy
+
+        try:
+            policy = TinyPolicy.load_bytes(data, dtype=self._torch_dtype(), device=self.settings.policy.device)
+        except ConfigError as exc:
+            raise RequestRejected(422, f"body: {exc.detail}") from None
+        return self._install(policy, bump=True)
+
+    def load_seed(self, seed: int) -> int:
+        """Re-initialise the policy from `seed`; bumps and returns `policy_version`."""
+        return self._install(self._seeded_policy(seed), bump=True)
+
+    # ------------------------------------------------------------------ generation
+
+    def step_for(self, key: CallKey, request_digest: str) -> ScriptStep:
+        steps = self.settings.script.get(key.rollout_id, ())
+        if key.from_metadata and 1 <= key.turn <= len(steps):
+            return steps[key.turn - 1]
+        return default_step(self.settings, request_digest)
+
+    def check_media(self, prompt: Rendered) -> None:
+        """413 for an oversized image, 422 for too many or a non-data URL (never fetched or opened)."""
+        from harness.core.images import data_url_payload, encoded_size
+
+        lim = self.settings.limits
+        if len(prompt.images) > lim.max_images:
+            raise RequestRejected(422, f"prompt has {len(prompt.images)} images; the limit is {lim.max_images}")
+        for j, im in enumerate(prompt.images):
+            if not im.image_url.startswith("data:image/"):
+                raise RequestRejected(422, f"image {j} ({im.image_url[:40]!r}): only base64 data:image/... URLs are accepted; "
+                                      "the server never reads paths or URLs")
+            size = encoded_size(im.image_url)
+            if size > lim.max_image_bytes:
+                raise RequestRejected(413, f"image {j} is {size} bytes; the limit is {lim.max_image_bytes}")
+            try:
+                data_url_payload(im.image_url)
+            except ContractError as exc:
+                raise RequestRejected(422, f"image {j}: {exc.detail}") from None
+
+    def generate(
+        self,
+        prompt: Rendered,
+        *,
+        request_digest: str,
+        key: CallKey,
+        max_tokens: int | None,
+        top_logprobs: int = 0,
+        force_length: bool = False,
+    ) -> Generation:
+        """Answer one call. `force_length` is the `finish_length` fault: drop the stop token."""
+        lim = self.settings.limits
+        if len(prompt.token_ids) > lim.max_prompt_tokens:
+            raise RequestRejected(422, f"prompt has {len(prompt.token_ids)} tokens; the limit is {lim.max_prompt_tokens}")
+        step = self.step_for(key, request_digest)
+        ids = step.sampled_ids()
+        budget = min(max_tokens or lim.max_new_tokens, lim.max_new_tokens)
+        finish = "stop" if ids and ids[-1] == tok.TURN_END else "length"
+        if len(ids) > budget:
+            ids, finish = ids[:budget], "length"
+        if force_length and ids and ids[-1] == tok.TURN_END and len(ids) > 1:
+            ids, finish = ids[:-1], "length"
+        if self.settings.mode == "scripted":
+            gen = self._scripted(prompt, ids, step, key, top_logprobs)
+        else:
+            gen = self._policy_generate(prompt, ids, key, request_digest, top_logprobs)
+        parsed = parse_completion(gen["sampled"], item_id=request_digest[:12])
+        return Generation(
+            prompt_ids=prompt.token_ids,
+            sampled_ids=tuple(gen["sampled"]),
+            logprobs=tuple(gen["logprobs"]),
+            top_logprobs=gen["top"],
+            routes=gen["routes"] if self.settings.return_routed_experts else None,
+            finish_reason=finish,
+            parsed=parsed,
+            policy_version=gen["version"],
+            key=key,
+            media_ids=prompt.media_ids,
+        )
+
+    def _scripted(self, prompt: Rendered, ids: list[int], step: ScriptStep, key: CallKey, top_n: int) -> dict[str, Any]:
+        s = self.settings
+        p, g = len(prompt.token_ids), len(ids)
+        if step.logprobs is not None and key.from_metadata:
+            lps = [float(x) for x in step.logprobs[:g]]
+        else:
+            lps = scripted_logprobs(s.seed, key.rollout_id, key.turn, np.arange(p, p + g)).tolist()
+        routes = scripted_routes(s.seed, key.rollout_id, key.turn, p + g, s.num_layers, s.num_experts, s.top_k)
+        routes[-1] = placeholder_row(s.num_layers, s.top_k)
+        top = tuple(((t, lp),) for t, lp in zip(ids, lps)) if top_n > 0 else ()
+        return {"sampled": ids, "logprobs": lps, "routes": routes, "top": top, "version": self._policy_version}
+
+    def _policy_generate(self, prompt: Rendered, template: list[int], key: CallKey, digest: str, top_n: int) -> dict[str, Any]:
+        import torch
+
+        from harness.core.images import decode_data_url
+
+        s = self.settings
+        images = []
+        for j, im in enumerate(prompt.images):
+            try:
+                images.append(decode_data_url(im.image_url, max_bytes=s.limits.max_image_bytes,
+                                              max_pixels=s.limits.max_image_pixels, dtype=self._torch_dtype()))
+            except ContractError as exc:
+                raise RequestRejected(422, f"image {j}: {exc.detail}") from None
+        free = _free_positions(template)
+        with self._lock:  # one generation at a time: a consistent (weights, version) snapshot
+            policy, version = self._policy, self._policy_version
+            p = len(prompt.token_ids)
+            sampled: list[int] = []
+            state = policy.start_decoding(prompt.token_ids, images)
+            pending: list[int] = []
+            for i, t in enumerate(template):
+                if i in free:
+                    state = policy.extend_decoding(state, pending)
+                    lp_np = state.logprobs.detach().to("cpu", torch.float64).numpy()
+                    t = sample_text_token(lp_np, seed=s.seed, request_digest=digest, position=p + i)
+                    pending = []
+                sampled.append(t)
+                pending.append(t)
+            full = list(prompt.token_ids) + sampled
+            lp_all, routes_t = policy.sequence_logprobs(full[:-1], images)  # (P+G-1, V), (P+G-1, L, K)
+        g = len(sampled)
+        rows = lp_all[p - 1: p - 1 + g]  # (G, V) distribution of each sampled token
+        idx = torch.tensor(sampled, dtype=torch.long, device=rows.device)[:, None]
+        lps = rows.gather(-1, idx)[:, 0].to("cpu", torch.float64).tolist()
+        top: tuple = ()
+        if top_n > 0:
+            rows_np = rows.to("cpu", torch.float64).numpy()
+            order = np.argsort(-rows_np, axis=-1, kind="stable")[:, :top_n]
+            top = tuple(tuple((int(j), float(rows_np[r, j])) for j in order[r]) for r in range(g))
+        routes = np.concatenate([routes_t.to("cpu").numpy().astype(np.int64),
+                                 placeholder_row(policy.config.n_layers, policy.config.top_k)[None]], axis=0)
+        return {"sampled": sampled, "logprobs": lps, "routes": routes, "top": top, "version": version}
+
+
+def _free_positions(template: list[int]) -> set[int]:
+    """Indices of reasoning/text bytes in `template` (sampled in policy mode); tool-call bytes stay forced."""
+    free: set[int] = set()
+    in_call = False
+    for i, t in enumerate(template):
+        if t == tok.TOOL_CALL_START:
+            in_call = True
+        elif t == tok.TOOL_CALL_END:
+            in_call = False
+        elif not tok.is_special(t) and not in_call:
+            free.add(i)
+    return free
+
+
+def apply_content_faults(gen: Generation, kinds: frozenset[str]) -> Generation:
+    """Corrupt the evidence the way a buggy backend would (missing/short logprobs, wrong route rows)."""
+    if "missing_logprobs" in kinds:
+        gen = replace(gen, logprobs=None, top_logprobs=())
+    elif "logprob_length_mismatch" in kinds and gen.logprobs:
+        gen = replace(gen, logprobs=gen.logprobs[:-1], top_logprobs=gen.top_logprobs[:-1])
+    if gen.routes is not None:
+        if "surplus_route_rows" in kinds:
+            extra = np.repeat(gen.routes[-1:], 2, axis=0)
+            gen = replace(gen, routes=np.concatenate([gen.routes, extra], axis=0))
+        elif "missing_route_rows" in kinds:
+            gen = replace(gen, routes=gen.routes[:-2])
+    return gen
+
+
+__all__ = ["CallKey", "Engine", "Generation", "RequestRejected", "apply_content_faults", "call_key", "check_prefix", "default_step"]

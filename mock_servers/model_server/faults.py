@@ -1,0 +1,92 @@
+"""Which declared fault switches fire for a request, and the transport-level faults themselves.
+
+Selection is a pure function of (settings, request digest, endpoint, call key): a switch fires
+when its selectors match and a draw keyed by (seed, kind, index, request digest) is below its
+`probability`. Content faults (`missing_logprobs`, route rows, `finish_length`, ...) change the
+answer in `engine`; transport faults change how it is delivered (see `FaultKind` docs).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
+
+from harness.core.seeds import uniform01
+from mock_servers.model_server.engine import CallKey
+from mock_servers.model_server.settings import TRANSPORT_FAULTS, FaultSpec, ServerSettings
+
+
+@dataclass(frozen=True, slots=True)
+class FaultPlan:
+    """The faults that fire for one request."""
+
+    content: frozenset[str]
+    transport: FaultSpec | None  # at most one: the first matching transport switch
+    delay_s: float  # total `slow` delay (transport `timeout` carries its own)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        out = sorted(self.content)
+        if self.transport is not None:
+            out.append(self.transport.kind)
+        if self.delay_s:
+            out.append("slow")
+        return tuple(out)
+
+
+NO_FAULTS = FaultPlan(content=frozenset(), transport=None, delay_s=0.0)
+
+
+def select_faults(settings: ServerSettings, *, request_digest: str, endpoint: str, key: CallKey) -> FaultPlan:
+    """The switches of `settings.faults` that fire for this request."""
+    if not settings.faults:
+        return NO_FAULTS
+    content: set[str] = set()
+    transport: FaultSpec | None = None
+    delay = 0.0
+    for index, f in enumerate(settings.faults):
+        if f.endpoint != "any" and f.endpoint != endpoint:
+            continue
+        if f.rollout_id is not None and (not key.from_metadata or f.rollout_id != key.rollout_id):
+            continue
+        if f.turn is not None and (not key.from_metadata or f.turn != key.turn):
+            continue
+        if f.probability < 1.0 and uniform01(settings.seed, "fault", kind=f.kind, index=index, request=request_digest) >= f.probability:
+            continue
+        if f.kind == "slow":
+            delay += f.delay()
+        elif f.kind in TRANSPORT_FAULTS:
+            transport = transport or f
+        else:
+            content.add(f.kind)
+    return FaultPlan(content=frozenset(content), transport=transport, delay_s=delay)
+
+
+class TruncatedJSONResponse(Response):
+    """Status 200 with a JSON content type whose body is cut to half its bytes."""
+
+    def __init__(self, body: bytes) -> None:
+        super().__init__(content=body[: len(body) // 2], status_code=200, media_type="application/json")
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(self.body)).encode())]})
+        await send({"type": "http.response.body", "body": self.body, "more_body": False})
+
+
+class DroppedConnectionResponse(Response):
+    """Announce the full length, send half the body, then stop: the server closes the connection."""
+
+    def __init__(self, body: bytes) -> None:
+        super().__init__(content=body, status_code=200, media_type="application/json")
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(self.body)).encode())]})
+        await send({"type": "http.response.body", "body": self.body[: len(self.body) // 2], "more_body": True})
+        # returning with the response incomplete makes the ASGI server close the connection
+
+
+__all__ = ["NO_FAULTS", "DroppedConnectionResponse", "FaultPlan", "TruncatedJSONResponse", "select_faults"]

@@ -1,0 +1,33 @@
+"""`POST /v1/chat/completions`: vLLM-compatible, with Gym's token-id, logprob, prefix and route extensions."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Request
+from starlette.responses import Response
+
+from mock_servers.model_server.routes.deps import get_state
+from mock_servers.model_server.schemas import ChatCompletionRequest
+from mock_servers.model_server.state import ServerState
+
+router = APIRouter(tags=["generation"])
+
+_ERRORS = {
+    400: {"description": "required_prefix_token_ids is not a prefix of the rendered prompt"},
+    413: {"description": "body or an image exceeds its size limit"},
+    422: {"description": "invalid body; the detail names the field"},
+}
+
+
+@router.post(
+    "/v1/chat/completions",
+    responses=_ERRORS,
+    openapi_extra={"requestBody": {"content": {"application/json": {"schema": ChatCompletionRequest.model_json_schema()}}}},
+)
+async def chat_completions(request: Request, state: Annotated[ServerState, Depends(get_state)]) -> Response:
+    """One non-streaming chat completion; see `mock_servers.model_server.serialize` for the body."""
+    return await state.generate("chat", await request.body())
+
+
+__all__ = ["router"]

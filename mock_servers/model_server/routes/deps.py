@@ -1,0 +1,14 @@
+"""The dependency that hands routes the app's `ServerState` (tests may override it)."""
+
+from __future__ import annotations
+
+from fastapi import Request
+
+from mock_servers.model_server.state import ServerState
+
+
+def get_state(request: Request) -> ServerState:
+    return request.app.state.server
+
+
+__all__ = ["get_state"]

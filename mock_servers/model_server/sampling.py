@@ -1,0 +1,75 @@
+"""Counter-based draws for the mock model server: scripted logprobs, marker routes, policy sampling.
+
+One key per (seed, purpose, rollout, call) comes from `harness.core.seeds.derive_int`; per
+position (and layer) values are `splitmix64(key + counter)`, vectorised with numpy. Nothing here
+holds state, so a value depends only on its key and counter, never on request order.
+"""
+
+from __future__ import annotations
+
+import itertools
+from functools import lru_cache
+
+import numpy as np
+
+from harness.core import tokenizer as tok
+from harness.core.seeds import derive_int, uniform01
+
+_MASK = np.uint64(0xFFFFFFFFFFFFFFFF)
+
+#: Byte tokens policy mode may sample in free text: printable ASCII (0x20..0x7E), so sampled
+#: text is always valid UTF-8 and parses back to the same ids.
+TEXT_ALPHABET: np.ndarray = np.arange(tok.BYTE_OFFSET + 0x20, tok.BYTE_OFFSET + 0x7F, dtype=np.int64)
+
+
+def splitmix64(x: np.ndarray) -> np.ndarray:
+    """The splitmix64 finaliser over a uint64 array (wrapping arithmetic)."""
+    with np.errstate(over="ignore"):
+        z = (x + np.uint64(0x9E3779B97F4A7C15)) & _MASK
+        z = ((z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)) & _MASK
+        z = ((z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)) & _MASK
+        return z ^ (z >> np.uint64(31))
+
+
+def _counter_u64(key: int, counters: np.ndarray) -> np.ndarray:
+    with np.errstate(over="ignore"):
+        return splitmix64((np.uint64(key) + counters.astype(np.uint64)) & _MASK)
+
+
+def scripted_logprobs(seed: int, rollout_id: str, call: int, positions: np.ndarray) -> np.ndarray:
+    """Logprob markers in [-4.0, -0.001) for absolute `positions` of one call: float64 [n]."""
+    key = derive_int(seed, "scripted_logprob", rollout=rollout_id, call=call)
+    u = (_counter_u64(key, positions) >> np.uint64(11)).astype(np.float64) / float(1 << 53)
+    return -(0.001 + 3.999 * u)
+
+
+@lru_cache(maxsize=64)
+def _permutations(num_experts: int, top_k: int) -> np.ndarray:
+    return np.array(list(itertools.permutations(range(num_experts), top_k)), dtype=np.int64)  # (P, K)
+
+
+def scripted_routes(seed: int, rollout_id: str, call: int, num_rows: int, num_layers: int, num_experts: int, top_k: int) -> np.ndarray:
+    """Marker routes [num_rows, L, K] keyed by (seed, rollout, call, position, layer): K distinct experts per row."""
+    key = derive_int(seed, "scripted_route", rollout=rollout_id, call=call)
+    counters = np.arange(num_rows * num_layers, dtype=np.uint64)  # position * L + layer
+    table = _permutations(num_experts, top_k)
+    pick = (_counter_u64(key, counters) % np.uint64(len(table))).astype(np.int64)
+    return table[pick].reshape(num_rows, num_layers, top_k)
+
+
+def sample_text_token(logprobs: np.ndarray, *, seed: int, request_digest: str, position: int) -> int:
+    """Inverse-CDF draw from the policy restricted to `TEXT_ALPHABET`, keyed by (seed, request, position)."""
+    sub = logprobs[TEXT_ALPHABET]
+    p = np.exp(sub - sub.max())
+    cdf = np.cumsum(p)
+    u = uniform01(seed, "policy_sample", request=request_digest, position=position) * cdf[-1]
+    idx = int(np.searchsorted(cdf, u, side="right"))
+    return int(TEXT_ALPHABET[min(idx, len(TEXT_ALPHABET) - 1)])
+
+
+def placeholder_row(num_layers: int, top_k: int) -> np.ndarray:
+    """vLLM's final-token placeholder `arange(K)` for every layer: [L, K]."""
+    return np.tile(np.arange(top_k, dtype=np.int64), (num_layers, 1))
+
+
+__all__ = ["TEXT_ALPHABET", "placeholder_row", "sample_text_token", "scripted_logprobs", "scripted_routes", "splitmix64"]

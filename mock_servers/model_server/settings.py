@@ -1,0 +1,183 @@
+"""Settings of the mock model server: mode, seed, script table, faults, limits (pydantic, extra=forbid).
+
+The answer to a request is a pure function of (these settings, the request body, the policy
+version). Scripted answers are looked up by the request's ``metadata``:
+``{"compactsim_rollout_id": "<rollout id>", "compactsim_turn": <1-based call index>}``
+(strings or ints; Responses metadata values are strings). ``script[rollout_id][turn - 1]`` is
+the step for that call. Without metadata, or without a matching step, the server answers a
+deterministic default derived from the request digest (see `engine.default_step`).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from harness.core.chat_template import DRIFT_MODES, AssistantAction, ToolCall, encode_action
+
+Mode = Literal["scripted", "policy"]
+
+FaultKind = Literal[
+    "http_500",  # answer 500 {"detail": "injected fault: http_500"}
+    "http_503",  # answer 503 {"detail": "injected fault: http_503"}
+    "timeout",  # sleep delay_s (default 30 s) before answering: the client's read timeout fires first
+    "slow",  # sleep delay_s (default 0.25 s), then answer normally
+    "truncated_json",  # status 200, content-type JSON, body cut to half its bytes
+    "drop_connection",  # send headers and half the body, then close the connection
+    "missing_logprobs",  # chat: choice.logprobs = null; responses: generation_log_probs dropped
+    "logprob_length_mismatch",  # one logprob fewer than generated tokens
+    "surplus_route_rows",  # routed_experts gets 2 extra rows (vLLM allows at most 1 surplus)
+    "missing_route_rows",  # routed_experts loses its last 2 rows
+    "finish_length",  # the stop token is dropped and finish_reason is "length"
+]
+FAULT_KINDS: tuple[str, ...] = (
+    "http_500", "http_503", "timeout", "slow", "truncated_json", "drop_connection", "missing_logprobs",
+    "logprob_length_mismatch", "surplus_route_rows", "missing_route_rows", "finish_length",
+)
+#: Faults decided at the transport layer (at most one applies: the first matching in list order).
+TRANSPORT_FAULTS: frozenset[str] = frozenset({"http_500", "http_503", "timeout", "truncated_json", "drop_connection"})
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ScriptToolCall(_Strict):
+    """A tool call the scripted model emits; `arguments` dicts are dumped as compact sorted JSON."""
+
+    name: str = Field(min_length=1)
+    arguments: str | dict[str, Any] = "{}"
+
+    def arguments_text(self) -> str:
+        if isinstance(self.arguments, str):
+            return self.arguments
+        return json.dumps(self.arguments, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+class ScriptStep(_Strict):
+    """What the model answers for one call: reasoning, then text, then tool calls.
+
+    Scripted mode emits exactly these strings. Policy mode keeps the structure and the tool calls,
+    but samples the reasoning and text bytes from the policy (same byte lengths).
+    `logprobs` (scripted mode only) overrides the derived values; its length must equal the number
+    of sampled ids (including the stop token when `finish_reason` is "stop").
+    """
+
+    reasoning: str | None = None
+    text: str | None = None
+    tool_calls: tuple[ScriptToolCall, ...] = ()
+    logprobs: tuple[float, ...] | None = None
+    finish_reason: Literal["stop", "length"] = "stop"
+
+    @model_validator(mode="after")
+    def _check(self) -> ScriptStep:
+        if self.reasoning is None and not self.text and not self.tool_calls:
+            raise ValueError("a step needs at least one of reasoning, text or tool_calls")
+        if self.logprobs is not None:
+            n = len(self.sampled_ids())
+            if len(self.logprobs) != n:
+                raise ValueError(f"logprobs has {len(self.logprobs)} values; the step samples {n} ids")
+            if any(not (lp <= 0.0) for lp in self.logprobs):
+                raise ValueError("logprobs must be <= 0")
+        return self
+
+    def action(self) -> AssistantAction:
+        return AssistantAction(
+            reasoning=self.reasoning,
+            text=self.text,
+            tool_calls=tuple(ToolCall(name=c.name, arguments=c.arguments_text()) for c in self.tool_calls),
+        )
+
+    def sampled_ids(self) -> list[int]:
+        return encode_action(self.action(), stop=self.finish_reason == "stop")
+
+
+class FaultSpec(_Strict):
+    """One declarative fault switch. It fires on requests matching every given selector, with
+    `probability` decided by a draw keyed on (seed, kind, index in the list, request digest)."""
+
+    kind: FaultKind
+    rollout_id: str | None = None
+    turn: int | None = Field(default=None, ge=1)
+    endpoint: Literal["any", "chat", "responses"] = "any"
+    probability: float = Field(default=1.0, ge=0.0, le=1.0)
+    delay_s: float | None = Field(default=None, ge=0.0, le=3600.0)
+
+    def delay(self) -> float:
+        if self.delay_s is not None:
+            return self.delay_s
+        return 30.0 if self.kind == "timeout" else 0.25
+
+
+class PolicySettings(_Strict):
+    """How policy mode builds its model: seeded init (default: the server seed) and dtype."""
+
+    seed: int | None = Field(default=None, ge=0)
+    dtype: Literal["float32", "float64"] = "float64"
+    device: str = "cpu"
+    #: sampled reasoning/text byte lengths when no script step applies
+    default_reasoning_bytes: int = Field(default=8, ge=0, le=4096)
+    default_text_bytes: int = Field(default=16, ge=1, le=4096)
+
+
+class Limits(_Strict):
+    """Caps that turn into 413 (sizes) or 422 (counts)."""
+
+    max_body_bytes: int = Field(default=16 * 1024 * 1024, ge=1024)
+    max_image_bytes: int = Field(default=4 * 1024 * 1024, ge=64)
+    max_image_pixels: int = Field(default=4096 * 4096, ge=1)
+    max_images: int = Field(default=64, ge=0)
+    max_prompt_tokens: int = Field(default=32768, ge=16)
+    max_new_tokens: int = Field(default=4096, ge=1)
+    max_weights_bytes: int = Field(default=256 * 1024 * 1024, ge=1024)
+    max_log_entries: int = Field(default=100_000, ge=0)
+
+
+class ServerSettings(_Strict):
+    """Everything the mock model server's answers depend on besides the request and policy version."""
+
+    mode: Mode = "scripted"
+    seed: int = Field(default=0, ge=0, lt=2**63)
+    model_name: str = "compactsim-tiny-moe"
+    #: chat-template drift used to render prompts (reproduces legacy retokenization failures)
+    drift: str = "none"
+    script: dict[str, tuple[ScriptStep, ...]] = Field(default_factory=dict)
+    faults: tuple[FaultSpec, ...] = ()
+    policy: PolicySettings = PolicySettings()
+    limits: Limits = Limits()
+    #: MoE shape reported in scripted mode (policy mode uses the policy's config)
+    num_layers: int = Field(default=2, ge=1)
+    num_experts: int = Field(default=4, ge=1, le=127)
+    top_k: int = Field(default=2, ge=1)
+    return_routed_experts: bool = True
+    #: append every request-log entry as one JSON line here (None: in memory only)
+    request_log_path: str | None = None
+
+    @field_validator("drift")
+    @classmethod
+    def _drift(cls, v: str) -> str:
+        if v not in DRIFT_MODES:
+            raise ValueError(f"drift={v!r}: expected one of {list(DRIFT_MODES)}")
+        return v
+
+    @model_validator(mode="after")
+    def _check(self) -> ServerSettings:
+        if self.top_k > self.num_experts:
+            raise ValueError(f"top_k={self.top_k} exceeds num_experts={self.num_experts}")
+        return self
+
+
+__all__ = [
+    "FAULT_KINDS",
+    "TRANSPORT_FAULTS",
+    "FaultKind",
+    "FaultSpec",
+    "Limits",
+    "Mode",
+    "PolicySettings",
+    "ScriptStep",
+    "ScriptToolCall",
+    "ServerSettings",
+]

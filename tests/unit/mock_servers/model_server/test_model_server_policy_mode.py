@@ -1,0 +1,119 @@
+"""Policy mode: true logprobs and routes of the tiny policy, replayable offline; weight updates."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from harness.core import chat_template as ct
+from harness.core import tokenizer as tok
+from harness.core.images import decode_data_url
+from harness.core.policy import TinyPolicy
+from mock_servers.model_server.sampling import TEXT_ALPHABET
+from tests.unit.mock_servers.model_server.server_builders import IMAGE_URL, chat_body, client_for, meta, user_items
+
+
+def _offline(policy: TinyPolicy, prompt: list[int], sampled: list[int], with_image: bool):
+    images = [decode_data_url(IMAGE_URL, dtype=torch.float64)] if with_image else []
+    full = torch.tensor([prompt + sampled])
+    logp = policy.token_logprobs(full, [images]).detach()[0, len(prompt):]
+    return logp, images
+
+
+def test_policy_logprobs_equal_an_offline_recompute(policy_settings):
+    with client_for(policy_settings) as c:
+        out = c.post("/v1/responses", json={"input": user_items(), "metadata": meta("r1", 1)}).json()["output"][-1]
+    prompt, sampled = out["prompt_token_ids"], out["generation_token_ids"]
+    policy = TinyPolicy.from_seed(7, dtype=torch.float64)
+    logp, _ = _offline(policy, prompt, sampled, with_image=True)
+    served = torch.tensor(out["generation_log_probs"], dtype=torch.float64)
+    assert served.shape == logp.shape
+    assert float((served - logp).abs().max()) <= 1e-12
+
+
+def test_policy_routes_are_the_models_own_and_replay_reproduces_logits(policy_settings):
+    with client_for(policy_settings) as c:
+        out = c.post("/v1/responses", json={"input": user_items(), "metadata": meta("r1", 2)}).json()["output"][-1]
+    prompt, sampled = out["prompt_token_ids"], out["generation_token_ids"]
+    routes = torch.tensor(out["routed_experts"])
+    policy = TinyPolicy.from_seed(7, dtype=torch.float64)
+    images = [decode_data_url(IMAGE_URL, dtype=torch.float64)]
+    seq = torch.tensor([prompt + sampled])
+    own = policy(seq, [images])
+    assert routes.shape == (len(prompt) + len(sampled), 2, 2)
+    assert torch.equal(routes[:-1], own.routes[0, :-1])
+    assert routes[-1].tolist() == [[0, 1], [0, 1]]  # vLLM's final-token placeholder
+    replay = routes.clone()[None]
+    replay[0, -1] = -1  # the placeholder is repaired as "use own router"
+    assert torch.equal(policy(seq, [images], replay).logits, own.logits)
+
+
+def test_policy_mode_keeps_script_structure_and_samples_printable_text(policy_settings):
+    with client_for(policy_settings) as c:
+        out = c.post("/v1/responses", json={"input": user_items(), "metadata": meta("r1", 2)}).json()["output"]
+    assert [o["type"] for o in out] == ["reasoning", "function_call"]
+    assert (out[1]["name"], out[1]["arguments"]) == ("click", '{"x":5}')
+    text = out[0]["summary"][0]["text"]
+    assert len(text) == len("click it")
+    assert all(tok.BYTE_OFFSET + ord(ch) in TEXT_ALPHABET for ch in text)
+    assert out[-1]["generation_token_ids"] == ct.encode_action(
+        ct.AssistantAction(reasoning=text, tool_calls=(ct.ToolCall("click", '{"x":5}'),)))
+
+
+def test_chat_policy_logprobs_and_top_logprobs_are_full_vocabulary_values(policy_settings):
+    body = chat_body(top_logprobs=3, max_tokens=6)
+    with client_for(policy_settings) as c:
+        data = c.post("/v1/chat/completions", json=body).json()
+    choice = data["choices"][0]
+    prompt, sampled = data["prompt_token_ids"], choice["token_ids"]
+    policy = TinyPolicy.from_seed(7, dtype=torch.float64)
+    full, _ = policy.sequence_logprobs(prompt + sampled)
+    for i, entry in enumerate(choice["logprobs"]["content"]):
+        row = full[len(prompt) - 1 + i]
+        assert abs(entry["logprob"] - float(row[sampled[i]])) <= 1e-12
+        top = torch.topk(row, 3)
+        assert [e["token"] for e in entry["top_logprobs"]] == [f"token_id:{int(j)}" for j in top.indices]
+        assert max(abs(e["logprob"] - float(v)) for e, v in zip(entry["top_logprobs"], top.values)) <= 1e-12
+
+
+def test_loading_weights_bumps_policy_version_and_changes_logprobs(policy_settings):
+    new = TinyPolicy.from_seed(99, dtype=torch.float64)
+    body = {"input": user_items(image=False), "metadata": meta("r1", 3)}
+    with client_for(policy_settings) as c:
+        before = c.post("/v1/responses", json=body).json()
+        r = c.post("/weights", content=new.to_bytes(), headers={"content-type": "application/octet-stream"})
+        after = c.post("/v1/responses", json=body).json()
+        seeded = c.post("/weights", json={"seed": 7}).json()
+        again = c.post("/v1/responses", json=body).json()
+        health = c.get("/health").json()
+    assert r.status_code == 200 and r.json()["policy_version"] == 1
+    assert (before["policy_version"], after["policy_version"], seeded["policy_version"], again["policy_version"]) == (0, 1, 2, 2)
+    assert health["policy_version"] == 2
+    last = after["output"][-1]
+    logp, _ = _offline(new, last["prompt_token_ids"], last["generation_token_ids"], with_image=False)
+    assert float((torch.tensor(last["generation_log_probs"], dtype=torch.float64) - logp).abs().max()) <= 1e-12
+    assert again["output"][-1]["generation_log_probs"] == before["output"][-1]["generation_log_probs"]
+
+
+def test_weights_that_are_not_a_policy_checkpoint_get_422(policy_settings):
+    with client_for(policy_settings) as c:
+        r = c.post("/weights", content=b"\x80\x02garbage", headers={"content-type": "application/octet-stream"})
+        bad_seed = c.post("/weights", json={"seed": -1})
+        version = c.get("/weights").json()["policy_version"]
+    assert r.status_code == 422
+    assert r.json()["detail"].startswith("body: weights payload does not load")
+    assert bad_seed.status_code == 422
+    assert bad_seed.json()["detail"][0]["loc"] == ["body", "seed"]
+    assert version == 0
+
+
+def test_policy_sampling_depends_on_the_seed():
+    from mock_servers.model_server import ServerSettings
+
+    body = {"input": "same prompt", "max_output_tokens": 8}
+    texts = []
+    for seed in (1, 2):
+        with client_for(ServerSettings(mode="policy", seed=seed)) as c:
+            texts.append(c.post("/v1/responses", json=body).json()["output"][-1]["generation_token_ids"])
+    assert texts[0] != texts[1]
+    assert np.all(np.isin([t for t in texts[0] if not tok.is_special(t)], TEXT_ALPHABET))
