@@ -1,0 +1,85 @@
+"""Resolve a row's media ids to pixel tensors from the rollout's `media_assets`, decoding each image once per batch.
+
+A row owns every image of its last prompt, in prompt order and with duplicates, so a trace that
+starts at a compaction boundary re-owns the images it kept, not only the new ones. Pixels come
+only from the asset's inline `source_part` data URL (never a path or a network URL).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+
+from harness.core.errors import ContractError
+from harness.core.evidence import RolloutEvidence
+from harness.core.images import MAX_IMAGE_BYTES, MAX_IMAGE_PIXELS, decode_data_url
+
+
+def source_url(source_part: Mapping[str, Any]) -> str | None:
+    """The image URL of a Responses (`{"image_url": "data:..."}`) or chat (`{"image_url": {"url": ...}}`) part."""
+    url = source_part.get("image_url")
+    if isinstance(url, Mapping):
+        url = url.get("url")
+    if url is None:
+        url = source_part.get("image")
+    return url if isinstance(url, str) else None
+
+
+class MediaResolver:
+    """Decodes images for one batch; identical image data is decoded once and its tensor shared."""
+
+    def __init__(self, *, max_bytes: int = MAX_IMAGE_BYTES, max_pixels: int = MAX_IMAGE_PIXELS) -> None:
+        self._max_bytes = max_bytes
+        self._max_pixels = max_pixels
+        self._by_url: dict[str, torch.Tensor] = {}
+
+    @property
+    def num_decoded(self) -> int:
+        """Distinct images decoded so far."""
+        return len(self._by_url)
+
+    def resolve(
+        self, evidence: RolloutEvidence, media_ids: Sequence[str], *, turn_id: int | None = None
+    ) -> tuple[torch.Tensor, ...]:
+        """Pixels (3, H, W) float32 in [0, 1] for `media_ids`, in order, duplicates included.
+
+        Raises `ContractError("unknown_media_asset")` for an id absent from `media_assets` and
+        `ContractError("media_decode")` for an asset whose source part is not a decodable image;
+        both name the media id.
+        """
+        return tuple(self._one(evidence, media_id, turn_id) for media_id in media_ids)
+
+    def _one(self, evidence: RolloutEvidence, media_id: str, turn_id: int | None) -> torch.Tensor:
+        asset = evidence.media_assets.get(media_id)
+        if asset is None:
+            raise ContractError(
+                "unknown_media_asset",
+                rollout_id=evidence.rollout_id,
+                turn_id=turn_id,
+                detail=f"media id {media_id!r} is not in media_assets ({len(evidence.media_assets)} assets: "
+                f"{sorted(evidence.media_assets)[:5]})",
+            )
+        url = source_url(asset.source_part)
+        if url is None:
+            raise ContractError(
+                "media_decode",
+                rollout_id=evidence.rollout_id,
+                turn_id=turn_id,
+                detail=f"media id {media_id!r}: source_part has no image_url (keys {sorted(asset.source_part)})",
+            )
+        cached = self._by_url.get(url)
+        if cached is not None:
+            return cached
+        try:
+            pixels = decode_data_url(url, max_bytes=self._max_bytes, max_pixels=self._max_pixels)
+        except ContractError as exc:
+            raise ContractError(
+                "media_decode", rollout_id=evidence.rollout_id, turn_id=turn_id, detail=f"media id {media_id!r}: {exc.detail}"
+            ) from None
+        self._by_url[url] = pixels
+        return pixels
+
+
+__all__ = ["MediaResolver", "source_url"]
