@@ -1,0 +1,61 @@
+"""`compactsim gym-check --gym SPEC`: is this NeMo-Gym revision safe for our trainer?"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from harness.commands.common import ExitCode, console, print_json, report_error
+from harness.core.errors import CompactsimError
+from harness.gym_check import GymCheckOptions, format_report, run_gym_check, write_report
+from harness.gym_check.venv import CACHE_ENV
+
+
+def gym_check_command(
+    gym: Annotated[str, typer.Option("--gym", help="nemo-gym==X.Y.Z (PyPI), a .whl file, or a source checkout directory")],
+    live: Annotated[bool, typer.Option("--live", help="also run scripted rollouts through the revision's own session")] = False,
+    out: Annotated[Path, typer.Option("--out", help="directory for gym-check.json (and live/ payloads)")] = Path("out/gym-check"),
+    payloads: Annotated[
+        list[Path] | None,
+        typer.Option("--payloads", help="our evidence to validate: .json, .jsonl or a directory (repeatable); default: examples/"),
+    ] = None,
+    scenario: Annotated[
+        list[str] | None, typer.Option("--scenario", help="live scenario to run (repeatable); default: all")
+    ] = None,
+    emitter: Annotated[
+        str | None, typer.Option("--emitter", help="module:attr returning our payload for a LiveScript, for comparison")
+    ] = None,
+    cache_dir: Annotated[
+        Path | None, typer.Option("--cache-dir", help=f"where venvs and wheels are cached (env {CACHE_ENV}; default .gym-cache/)")
+    ] = None,
+    offline: Annotated[
+        bool, typer.Option("--offline", help="fetch nothing: use the cached wheel and link pydantic from this interpreter")
+    ] = False,
+    json_output: Annotated[bool, typer.Option("--json", help="print gym-check.json to stdout instead of tables")] = False,
+) -> None:
+    """Check a Gym revision's evidence models against the contract our planner consumes.
+
+    Exit 0: compatible. Exit 3: drift the planner cannot accept (each one is named).
+    Exit 2: the revision could not be set up (the reason is printed).
+    """
+    opts = GymCheckOptions(
+        spec=gym, live=live, cache_dir=cache_dir, offline=offline, payload_paths=tuple(payloads or ()),
+        live_scenarios=tuple(scenario or ()), emitter=emitter,
+    )
+    try:
+        report = run_gym_check(opts, out_dir=out)
+    except CompactsimError as exc:
+        raise typer.Exit(report_error(exc, as_json=json_output)) from None
+    path = write_report(report, out)
+    if json_output:
+        print_json(report.model_dump(mode="json"))
+    else:
+        console.print(format_report(report))
+        console.print(f"wrote {path}")
+    raise typer.Exit(ExitCode(report.exit_code))
+
+
+def register(app: typer.Typer) -> None:
+    app.command("gym-check")(gym_check_command)

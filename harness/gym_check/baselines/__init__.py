@@ -1,0 +1,1 @@
+"""Committed known-good Gym schema snapshots (data only)."""
