@@ -1,0 +1,97 @@
+"""Benchmark rollout collection: rollouts/s with the local thread executor and with Ray actors.
+
+    .venv/bin/python bench/bench_rollouts.py                 # 256 rollouts x 8 calls, 4 rounds
+    .venv/bin/python bench/bench_rollouts.py --rollouts 64 --executors local
+
+Scripted mode, in-process mock model and reward servers in every worker. After a burn-in, the
+rollouts are split into rounds; each round runs on the local executor and then on Ray (Ray
+stays up between rounds, so its start-up is not counted). Reports the median rollouts/s of each,
+their ratio, and the share of rollout time spent in the server (HTTP round trip included), the
+agent (compaction, evidence capture) and the emitters (evidence + ground-truth log).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import statistics
+import time
+import warnings
+
+from agents import InProcessServers, LocalExecutor, RayExecutor, RolloutScript, RolloutSpec, collect, policy_preset
+from agents.collect import CollectedRollout, ray_session, server_script
+from agents.script import scripted_turns
+
+warnings.filterwarnings("ignore", message=".*starlette.testclient.*")
+
+
+def make_specs(n: int, calls: int, offset: int = 0) -> list[RolloutSpec]:
+    history = policy_preset("recency-images-k2")
+    return [
+        RolloutSpec(rollout_id=f"bench-{offset + i}", group_id=f"g{(offset + i) // 8}", task_id="bench",
+                    rollout_index=(offset + i) % 8, seed=offset + i,
+                    script=RolloutScript(turns=scripted_turns(0, turns=calls)), context_history=history)
+        for i in range(n)
+    ]
+
+
+def servers_for(specs: list[RolloutSpec]) -> InProcessServers:
+    return InProcessServers({"seed": 0, "script": server_script(specs)}, {"rule": {"kind": "pattern", "pattern": [1.0, 0.0]}})
+
+
+def run_round(executor, specs: list[RolloutSpec]) -> tuple[float, list[CollectedRollout]]:
+    start = time.perf_counter()
+    out = collect(specs, servers_for(specs), executor=executor)
+    elapsed = time.perf_counter() - start
+    assert all(c.status == "completed" for c in out), [c.failure for c in out if c.status != "completed"]
+    return len(specs) / elapsed, out
+
+
+def shares(collected: list[CollectedRollout]) -> str:
+    server = sum(c.timings.server_s for c in collected)
+    agent = sum(c.timings.agent_s for c in collected)
+    emitter = sum(c.timings.emitter_s for c in collected)
+    total = server + agent + emitter or 1.0
+    return f"server {server / total:.0%}  agent {agent / total:.0%}  emitter {emitter / total:.0%}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rollouts", type=int, default=256)
+    parser.add_argument("--calls", type=int, default=8, help="model calls per rollout")
+    parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--workers", type=int, default=2, help="threads (local) and actors (ray)")
+    parser.add_argument("--executors", default="local,ray")
+    args = parser.parse_args()
+    kinds = [k.strip() for k in args.executors.split(",") if k.strip()]
+    per_round = max(args.rollouts // args.rounds, 1)
+    rounds = [make_specs(per_round, args.calls, offset=r * per_round) for r in range(args.rounds)]
+    executors = {"local": LocalExecutor(args.workers), "ray": RayExecutor(args.workers)}
+    print(f"rollouts: {per_round * args.rounds} x {args.calls} calls in {args.rounds} rounds, workers={args.workers}")
+
+    rates: dict[str, list[float]] = {k: [] for k in kinds}
+    collected: dict[str, list[CollectedRollout]] = {k: [] for k in kinds}
+    with ray_session(args.workers) if "ray" in kinds else contextlib.nullcontext():
+        burn = make_specs(min(8, per_round), args.calls, offset=10_000)
+        for kind in kinds:
+            run_round(executors[kind], burn)
+        for specs in rounds:
+            digests: list[list[str]] = []
+            for kind in kinds:
+                rate, out = run_round(executors[kind], specs)
+                rates[kind].append(rate)
+                collected[kind].extend(out)
+                digests.append([c.artifact_digest() for c in out])
+            assert all(d == digests[0] for d in digests), "executors disagree on the artifacts"
+
+    for kind in kinds:
+        print(f"{kind:>5}: median {statistics.median(rates[kind]):6.1f} rollouts/s  "
+              f"(rounds: {', '.join(f'{r:.1f}' for r in rates[kind])})  {shares(collected[kind])}")
+    if len(kinds) == 2:
+        ratios = [b / a for a, b in zip(rates[kinds[0]], rates[kinds[1]])]
+        print(f"{kinds[1]}/{kinds[0]}: median {statistics.median(ratios):.2f}x (n={len(ratios)}, "
+              f"{per_round} rollouts x {args.calls} calls per round)")
+
+
+if __name__ == "__main__":
+    main()

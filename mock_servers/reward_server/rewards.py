@@ -1,0 +1,59 @@
+"""Pure reward selection: identity and final answer read from a Gym response, then the rule applied."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from mock_servers.reward_server.settings import RewardSettings
+
+_CONTRACT_KEYS = ("context_compaction_contract", "rollout_trace_contract")
+
+
+def rollout_identity(response: Mapping[str, Any], *, rollout_id: str | None, rollout_index: int | None) -> tuple[str | None, int | None]:
+    """Explicit request fields first, then the response's contract (either key)."""
+    for key in _CONTRACT_KEYS:
+        contract = response.get(key)
+        if isinstance(contract, Mapping):
+            if rollout_id is None and isinstance(contract.get("rollout_id"), str):
+                rollout_id = contract["rollout_id"]
+            index = contract.get("rollout_index")
+            if rollout_index is None and isinstance(index, int) and not isinstance(index, bool):
+                rollout_index = index
+    return rollout_id, rollout_index
+
+
+def final_answer(response: Mapping[str, Any]) -> str:
+    """The text of the last assistant message in `output` ("" when there is none)."""
+    for item in reversed(list(response.get("output") or [])):
+        if isinstance(item, Mapping) and item.get("type") == "message" and item.get("role") == "assistant":
+            content = item.get("content")
+            if isinstance(content, str):
+                return content
+            if isinstance(content, list):
+                return "".join(p.get("text", "") for p in content if isinstance(p, Mapping) and isinstance(p.get("text"), str))
+    return ""
+
+
+def choose_reward(settings: RewardSettings, *, rollout_id: str | None, rollout_index: int | None, answer: str) -> float:
+    """The configured reward for one rollout."""
+    if rollout_id is not None and rollout_id in settings.by_rollout_id:
+        return settings.by_rollout_id[rollout_id]
+    rule = settings.rule
+    if rule.kind == "fixed":
+        return rule.value
+    if rule.kind == "by_index":
+        return rule.rewards.get(rollout_index, rule.default) if rollout_index is not None else rule.default
+    if rule.kind == "pattern":
+        return rule.pattern[(rollout_index or 0) % len(rule.pattern)]
+    hit = answer == rule.equals if rule.equals is not None else (rule.contains or "") in answer
+    return rule.reward_true if hit else rule.reward_false
+
+
+def mask_sample(settings: RewardSettings, *, rollout_id: str | None, rollout_index: int | None) -> bool:
+    return (rollout_index is not None and rollout_index in settings.mask_sample_indices) or (
+        rollout_id is not None and rollout_id in settings.mask_sample_rollout_ids
+    )
+
+
+__all__ = ["choose_reward", "final_answer", "mask_sample", "rollout_identity"]

@@ -1,0 +1,3 @@
+"""Routers of the mock reward server (one module per resource)."""
+
+__all__: list[str] = []

@@ -1,0 +1,60 @@
+"""Settings of the mock reward server: the reward rule and the `mask_sample` flags (pydantic, extra=forbid).
+
+The reward of a rollout is a pure function of (these settings, the verify request): by rollout
+index, by a fixed repeating pattern, by a predicate on the final answer, or one fixed value;
+`by_rollout_id` overrides any rule for named rollouts.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class RewardRule(_Strict):
+    """How a reward is chosen.
+
+    - ``fixed``: always `value`.
+    - ``by_index``: `rewards[rollout_index]`, else `default`.
+    - ``pattern``: `pattern[rollout_index % len(pattern)]`.
+    - ``predicate``: `reward_true` when the final assistant text contains `contains` (or equals
+      `equals`), else `reward_false`.
+    """
+
+    kind: Literal["fixed", "by_index", "pattern", "predicate"] = "fixed"
+    value: float = 1.0
+    rewards: dict[int, float] = Field(default_factory=dict)
+    pattern: tuple[float, ...] = ()
+    contains: str | None = None
+    equals: str | None = None
+    reward_true: float = 1.0
+    reward_false: float = 0.0
+    default: float = 0.0
+
+    @model_validator(mode="after")
+    def _complete(self) -> RewardRule:
+        if self.kind == "pattern" and not self.pattern:
+            raise ValueError("rule kind 'pattern' needs a non-empty pattern")
+        if self.kind == "predicate" and (self.contains is None) == (self.equals is None):
+            raise ValueError("rule kind 'predicate' needs exactly one of contains= or equals=")
+        return self
+
+
+class RewardSettings(_Strict):
+    """Everything the reward server's answers depend on."""
+
+    rule: RewardRule = RewardRule()
+    by_rollout_id: dict[str, float] = Field(default_factory=dict)
+    #: rollout indices whose result carries ``instance_config.mask_sample = true``
+    mask_sample_indices: frozenset[int] = frozenset()
+    #: rollout ids whose result carries ``instance_config.mask_sample = true``
+    mask_sample_rollout_ids: frozenset[str] = frozenset()
+    max_body_bytes: int = Field(default=64 * 1024 * 1024, ge=1024)
+
+
+__all__ = ["RewardRule", "RewardSettings"]
