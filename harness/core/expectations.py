@@ -1,0 +1,186 @@
+"""What a scenario must produce, as plain data: the oracle writes it, the audit and goldens read it.
+
+Everything here is computed from a scenario's script and its agents' ground-truth logs, never
+by running the pipeline. Rows are identified by `physical_trace_id` (never by position), so an
+audit of any trainer's rows is independent of row order. Routes are summarised by the positions
+that must hold the boundary sentinel and the positions whose placeholder must have been repaired,
+plus (optionally) the full expected route tensor of each row for exact comparison.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+
+ExpectationKind = Literal["equals", "max_abs_dev", "min", "max", "between"]
+
+
+@dataclass(frozen=True, slots=True)
+class ExpectedTrace:
+    """One physical trace of the expected plan (mirrors `PhysicalTrace.to_json()`)."""
+
+    trace_id: str
+    trace_index: int
+    turn_ids: tuple[int, ...]
+    media_ids: tuple[str, ...]
+    start_reason: str
+    num_tokens: int
+    num_sampled_tokens: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "trace_id": self.trace_id,
+            "trace_index": self.trace_index,
+            "turn_ids": list(self.turn_ids),
+            "media_ids": list(self.media_ids),
+            "start_reason": self.start_reason,
+            "num_tokens": self.num_tokens,
+            "num_sampled_tokens": self.num_sampled_tokens,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class ExpectedError:
+    """The contract error a correct consumer must raise for an adversarial rollout or batch."""
+
+    code: str
+    rollout_id: str | None
+    turn_id: int | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"code": self.code, "rollout_id": self.rollout_id, "turn_id": self.turn_id}
+
+
+@dataclass(frozen=True, slots=True)
+class ExpectedRollout:
+    """One logical rollout: its plan (or the error it must raise) and its GRPO quantities."""
+
+    rollout_id: str
+    group_key: str
+    reward: float | None
+    advantage: float | None
+    mask_sample: bool
+    num_sampled_tokens: int
+    path: Literal["single", "physical"] | None
+    traces: tuple[ExpectedTrace, ...]
+    error: ExpectedError | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "rollout_id": self.rollout_id,
+            "group_key": self.group_key,
+            "reward": self.reward,
+            "advantage": self.advantage,
+            "mask_sample": self.mask_sample,
+            "num_sampled_tokens": self.num_sampled_tokens,
+            "path": self.path,
+            "physical_traces": [t.to_json() for t in self.traces],
+            "error": self.error.to_json() if self.error else None,
+        }
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class ExpectedRow:
+    """One real (non-padding) training row, exactly as a correct materializer must build it."""
+
+    physical_trace_id: str
+    logical_rollout_id: str
+    trace_index: int
+    input_ids: tuple[int, ...]
+    #: Half-open [start, end) spans of trainable (sampled) tokens, in row positions.
+    mask_spans: tuple[tuple[int, int], ...]
+    #: Behaviour logprob of every trainable position, in position order.
+    generation_logprobs: tuple[float, ...]
+    #: The parent's logical advantage (every trainable token carries it; 0 elsewhere).
+    advantage: float
+    sample_mask: float
+    media_ids: tuple[str, ...]
+    #: sha256 of each image's RGB uint8 pixels (H, W, 3 row-major), in `media_ids` order.
+    pixel_digests: tuple[str, ...]
+    #: Row positions whose route must be the all -1 sentinel (last token of a non-final trace).
+    sentinel_positions: tuple[int, ...]
+    #: Row positions whose decode placeholder must have been repaired from the next call's prefill.
+    repaired_positions: tuple[int, ...]
+    generation_policy_version: int | None = None
+    #: Full expected routes (len(input_ids), L, K) when the scenario records routes, else None.
+    routes: np.ndarray | None = field(default=None, repr=False)
+
+    @property
+    def trainable_positions(self) -> tuple[int, ...]:
+        return tuple(p for start, end in self.mask_spans for p in range(start, end))
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "physical_trace_id": self.physical_trace_id,
+            "logical_rollout_id": self.logical_rollout_id,
+            "trace_index": self.trace_index,
+            "input_ids": list(self.input_ids),
+            "mask_spans": [list(s) for s in self.mask_spans],
+            "generation_logprobs": list(self.generation_logprobs),
+            "advantage": self.advantage,
+            "sample_mask": self.sample_mask,
+            "media_ids": list(self.media_ids),
+            "pixel_digests": list(self.pixel_digests),
+            "sentinel_positions": list(self.sentinel_positions),
+            "repaired_positions": list(self.repaired_positions),
+            "generation_policy_version": self.generation_policy_version,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class MetricExpectation:
+    """A declarative check on one metric of one step (or on an expression over all steps)."""
+
+    metric: str
+    kind: ExpectationKind
+    value: float | None = None
+    low: float | None = None
+    high: float | None = None
+    #: Reference for `max_abs_dev` (|actual - reference| <= value).
+    reference: float | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {k: v for k, v in (
+            ("metric", self.metric), ("kind", self.kind), ("value", self.value),
+            ("low", self.low), ("high", self.high), ("reference", self.reference),
+        ) if v is not None}
+
+
+@dataclass(frozen=True, slots=True)
+class ExpectedStep:
+    """Everything one optimizer step of a scenario must show."""
+
+    step: int
+    rollouts: tuple[ExpectedRollout, ...]
+    rows: tuple[ExpectedRow, ...]
+    #: Exact batch metrics the oracle can compute (row counts, logical advantage stats, tokens...).
+    exact_metrics: dict[str, float]
+    metric_expectations: tuple[MetricExpectation, ...] = ()
+    #: Set when the whole batch must be refused (e.g. incomplete_group, duplicate ids).
+    batch_error: ExpectedError | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ScenarioExpectation:
+    """The oracle's verdict for a whole scenario run."""
+
+    scenario: str
+    seed: int
+    verdict: Literal["success", "error"]
+    steps: tuple[ExpectedStep, ...]
+    #: The first error the run must stop with, for adversarial scenarios.
+    error: ExpectedError | None = None
+
+
+__all__ = [
+    "ExpectationKind",
+    "ExpectedError",
+    "ExpectedRollout",
+    "ExpectedRow",
+    "ExpectedStep",
+    "ExpectedTrace",
+    "MetricExpectation",
+    "ScenarioExpectation",
+]
