@@ -105,3 +105,13 @@ def test_gym_check_live_compares_our_emitter_field_by_field(tmp_path: Path) -> N
     assert [d["path"] for d in scenario["emitter"]["diffs"]] == ["final_policy_decision", "lineage_deltas"]
     assert [d["severity"] for d in report.drift if d["path"] == "live:reasoning-recency"] == ["warning"]
     assert report.exit_code == 0
+
+
+def test_gym_check_live_our_emitter_matches_the_revision_field_by_field(live_report) -> None:
+    """The default hook (agents.gym_live) emits what the revision's session emits for every live scenario."""
+    report, _out = live_report
+    assert report.live["emitter_hook"] == "agents.gym_live:emit_live_script"
+    emitters = {s["name"]: s["emitter"] for s in report.live["scenarios"]}
+    assert emitters == {name: {"summary": "identical", "diffs": []}
+                        for name in ("no-compaction", "image-recency-k2", "reasoning-recency")}
+    assert [d for d in report.drift if d["path"].startswith("live:")] == []
