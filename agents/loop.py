@@ -20,6 +20,7 @@ from typing import Any
 import httpx
 
 from agents.chat import chat_body, completion_problem, completion_to_response
+from agents.gym_items import gym_input_items, gym_observation_item, gym_output_item
 from agents.items import function_call_output, function_calls, input_text, user_message
 from agents.media import media_id_for
 from agents.record import (
@@ -151,7 +152,7 @@ class ScriptedAgent:
     def run(self, spec: RolloutSpec) -> RolloutRecord:
         """Run one rollout to its end (a stop or a classified failure) and return its record."""
         seed = spec.seed
-        agent_input = spec.script.agent_input(seed)
+        agent_input = gym_input_items(spec.script.agent_input(seed))
         image_specs: dict[str, Mapping[str, Any]] = {}
         for im in spec.script.task_images:
             image_specs[media_id_for(im.part(seed))] = im.model_dump(mode="json")
@@ -198,6 +199,7 @@ class ScriptedAgent:
             shown: list[tuple[str, Mapping[str, Any]]] = []
             if finish is None and fcs:
                 observations, shown = self._tool_observations(spec, turn, fcs)
+                observations = [gym_observation_item(o) for o in observations]
                 session.append_observation(observations, turn_id=turn)
                 for media_id, im in shown:
                     image_specs.setdefault(media_id, im)
@@ -255,9 +257,9 @@ def _attempt_body(body: Mapping[str, Any], attempt: int, *, chat: bool) -> Mappi
 
 
 def _with_policy_version(response: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """The output items, with the server's `policy_version` copied onto the token-bearing item."""
+    """The output items shaped as Gym stores them, with the server's `policy_version` on the token-bearing item."""
     version = response.get("policy_version")
-    output = [dict(it) for it in response.get("output", [])]
+    output = [gym_output_item(it) for it in response.get("output", [])]
     if isinstance(version, int) and not isinstance(version, bool):
         for item in output:
             if "generation_token_ids" in item:
