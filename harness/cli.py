@@ -29,6 +29,7 @@ _COMMANDS: tuple[str, ...] = (
     "harness.commands.serve",
     "harness.commands.rollout",
     "harness.commands.gym_check",
+    "harness.commands.train",
 )
 
 

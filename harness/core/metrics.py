@@ -56,22 +56,70 @@ BATCH_METRIC_KEYS: tuple[str, ...] = (
     TOTAL_NUM_TOKENS,
 )
 
+# ------------------------------------------------------------------------------ trainer step
+# Loss metrics keep NeMo-RL's names (see `harness.pipeline.loss.METRIC_KEYS`); these are the keys
+# the GRPO step adds, plus the loss keys the audit checks most.
+
+#: Masked mean of exp(|generation − trainer logprob|) over trained tokens; ≈ 1 when both sides agree.
+TOKEN_MULT_PROB_ERROR = "token_mult_prob_error"
+#: Total gradient norm after the dp all-reduce, before clipping.
+GRAD_NORM = "grad_norm"
+#: Learning rate the optimizer step used.
+LR = "lr"
+#: Global normalisers of the logical batch (NeMo-RL's names).
+GLOBAL_VALID_TOKENS = "global_valid_toks"
+GLOBAL_VALID_SEQS = "global_valid_seqs"
+#: Policy version whose weights computed this step's logprobs and gradient.
+TRAINED_POLICY_VERSION = "train/policy_version"
+#: Optimizer steps and LR-scheduler increments taken so far, counted by the trainer itself.
+OPTIMIZER_STEP_COUNT = "train/optimizer_step_count"
+SCHEDULER_STEP_COUNT = "train/scheduler_step_count"
+#: Async GRPO: age (trained version − generation version) of the sampled groups, and groups
+#: evicted as older than `max_trajectory_age_steps`.
+ASYNC_TRAJECTORY_AGE_MEAN = "async/trajectory_age_mean"
+ASYNC_TRAJECTORY_AGE_MAX = "async/trajectory_age_max"
+ASYNC_NUM_EVICTED_GROUPS = "async/num_evicted_groups"
+#: Wall-clock shares of one step (seconds). Never part of an artifact or its digest.
+TIMING_GENERATION = "timing/generation_s"
+TIMING_MATERIALIZE = "timing/materialize_s"
+TIMING_TRAIN = "timing/train_s"
+TIMING_WEIGHT_PUSH = "timing/weight_push_s"
+TIMING_STEP = "timing/step_s"
+TIMING_PREFIX = "timing/"
+
 __all__ = [
     "ADVANTAGES_MAX",
     "ADVANTAGES_MEAN",
     "ADVANTAGES_MIN",
     "ADVANTAGES_SUM",
+    "ASYNC_NUM_EVICTED_GROUPS",
+    "ASYNC_TRAJECTORY_AGE_MAX",
+    "ASYNC_TRAJECTORY_AGE_MEAN",
     "BATCH_METRIC_KEYS",
+    "GLOBAL_VALID_SEQS",
+    "GLOBAL_VALID_TOKENS",
+    "GRAD_NORM",
     "LOGICAL_ADVANTAGES_MEAN",
     "LOGICAL_ADVANTAGES_SUM",
+    "LR",
     "NUM_LOGICAL_ROLLOUTS",
     "NUM_MASK_SAMPLE_FILTERED",
     "NUM_PADDING_ROWS",
     "NUM_PHYSICAL_ROWS",
     "NUM_SPLIT_ROLLOUTS",
     "OPTIMIZER_STEPS",
+    "OPTIMIZER_STEP_COUNT",
     "PHYSICAL_PREFIX",
     "ROWS_PER_ROLLOUT_MAX",
+    "SCHEDULER_STEP_COUNT",
     "SCHEDULER_STEP_INCREMENT",
+    "TIMING_GENERATION",
+    "TIMING_MATERIALIZE",
+    "TIMING_PREFIX",
+    "TIMING_STEP",
+    "TIMING_TRAIN",
+    "TIMING_WEIGHT_PUSH",
+    "TOKEN_MULT_PROB_ERROR",
     "TOTAL_NUM_TOKENS",
+    "TRAINED_POLICY_VERSION",
 ]

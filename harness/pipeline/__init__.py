@@ -1,1 +1,19 @@
-"""harness/pipeline."""
+"""harness/pipeline: the system under test (planner, materializer, loss, trainer) behind the `Backend` seam.
+
+`Backend` and `ReferenceBackend` are re-exported lazily, so importing a light submodule (the
+planner, the loss) does not load the trainer.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["Backend", "ReferenceBackend"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in __all__:
+        from harness.pipeline import backend
+
+        return getattr(backend, name)
+    raise AttributeError(f"module 'harness.pipeline' has no attribute {name!r}")

@@ -1,0 +1,110 @@
+"""The seam between the harness and a trainer under test: plan → materialize → train step.
+
+The runner and `harness.train_run` talk to the system under test only through `Backend`
+(DESIGN §6). Inputs are Gym-shaped JSON (`/run` results or bare responses) and plain configs
+(`TrainerConfig`); outputs are plain dataclasses of tensors and metrics from `harness.core`
+(`TracePlan`, `TraceBatch`, `StepArtifact` inside `StepResult`), so the audit reads them without
+importing any backend's internals. `ReferenceBackend` is compactsim's own pipeline; another
+implementation (a wrapper around NeMo-RL's functions, or a deliberately broken variant that
+proves the audit catches a bug) is loaded with ``--backend module:attr``::
+
+    class BroadcastFirstAdvantage(ReferenceBackend):
+        def materialize(self, plans, cfg):
+            batch = super().materialize(plans, cfg)
+            ...  # write the first rollout's advantage on every row
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol, runtime_checkable
+
+from harness.core.batch import TraceBatch
+from harness.core.errors import ConfigError
+from harness.core.trace_plan import TracePlan
+from harness.pipeline.materializer import materialize as _materialize
+from harness.pipeline.planner import plan_rollout
+from harness.pipeline.train_config import TrainerConfig
+from harness.pipeline.trainer import StepResult, TrainState
+from harness.pipeline.trainer import train_step as _train_step
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """A trainer-side pipeline the harness can drive and audit."""
+
+    def plan(self, result: Mapping[str, Any]) -> TracePlan:
+        """Split one logical rollout (a Gym `/run` result or bare response) into physical traces.
+
+        >>> plan = backend.plan(json.load(open("examples/gym-0.7.0-transport-compacted-3call.json")))
+        >>> [t.turn_ids for t in plan.traces]
+        [(1, 2), (3,)]
+
+        Raises `ContractError` (with `.code`, `.rollout_id`, `.turn_id`) for evidence it refuses.
+        """
+        ...
+
+    def materialize(self, plans: Sequence[TracePlan], cfg: TrainerConfig) -> TraceBatch:
+        """One logical batch of plans → padded training rows with logical advantages.
+
+        >>> batch = backend.materialize([backend.plan(r) for r in results], TrainerConfig())
+        >>> batch.parent_indices.tolist()       # rollout 0 compacted once: two rows; then padding
+        [0, 0, 1, 2, 3, -1, -1, -1]
+        """
+        ...
+
+    def train_step(self, state: TrainState, batch: TraceBatch, cfg: TrainerConfig) -> StepResult:
+        """Exactly one optimizer step and one scheduler increment on `batch`; advances `state`.
+
+        >>> state = init_train_state(cfg)
+        >>> result = backend.train_step(state, batch, cfg)
+        >>> result.metrics["token_mult_prob_error"], result.new_version
+        (0.9999999999875, 1)
+        """
+        ...
+
+
+class ReferenceBackend:
+    """compactsim's reference pipeline: `plan_rollout` (strict), `materialize`, `trainer.train_step`."""
+
+    name = "reference"
+
+    def plan(self, result: Mapping[str, Any]) -> TracePlan:
+        return plan_rollout(result, strict=True)
+
+    def materialize(self, plans: Sequence[TracePlan], cfg: TrainerConfig) -> TraceBatch:
+        return _materialize(plans, cfg)
+
+    def train_step(self, state: TrainState, batch: TraceBatch, cfg: TrainerConfig) -> StepResult:
+        return _train_step(state, batch, cfg)
+
+    def __repr__(self) -> str:
+        return "ReferenceBackend()"
+
+
+def load_backend(spec: str) -> Backend:
+    """The backend named by ``"module:attr"``: a class (instantiated without arguments) or an instance.
+
+    >>> load_backend("harness.pipeline:ReferenceBackend")
+    ReferenceBackend()
+    """
+    import importlib
+
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise ConfigError("invalid_argument", f"backend={spec!r}: expected 'module:attr', e.g. harness.pipeline:ReferenceBackend")
+    try:
+        obj: Any = importlib.import_module(module_name)
+        for part in attr.split("."):
+            obj = getattr(obj, part)
+    except (ImportError, AttributeError) as exc:
+        raise ConfigError("invalid_argument", f"backend={spec!r} does not load: {type(exc).__name__}: {exc}") from None
+    if isinstance(obj, type):
+        obj = obj()
+    missing = [m for m in ("plan", "materialize", "train_step") if not callable(getattr(obj, m, None))]
+    if missing:
+        raise ConfigError("invalid_argument", f"backend={spec!r} lacks the Backend method(s) {missing}")
+    return obj
+
+
+__all__ = ["Backend", "ReferenceBackend", "load_backend"]

@@ -1,0 +1,49 @@
+"""`compactsim train`: one-step smoke runs with exact values, and its usage errors."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from harness.cli import app
+
+pytestmark = pytest.mark.filterwarnings("ignore:Using `httpx` with `starlette.testclient`")
+runner = CliRunner()
+
+
+def test_train_command_runs_one_step_and_prints_the_summary_as_json(tmp_path):
+    result = runner.invoke(app, ["train", "pr-validation-image-compaction-k2", "--steps", "1", "--seed", "0",
+                                 "--out", str(tmp_path), "--dp-size", "2", "--micro-batch-size", "2", "--json"])
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout)
+    assert {k: summary[k] for k in ("scenario", "steps", "optimizer_steps", "scheduler_steps", "final_policy_version",
+                                    "total_rows", "device", "dtype", "async_mode")} == {
+        "scenario": "pr-validation-image-compaction-k2", "steps": 1, "optimizer_steps": 1, "scheduler_steps": 1,
+        "final_policy_version": 1, "total_rows": 8, "device": "cpu", "dtype": "float64", "async_mode": False,
+    }
+    assert summary["max_token_mult_prob_error_dev"] <= 1e-9
+    config = json.loads((tmp_path / "config.json").read_text())
+    assert (config["trainer"]["policy"]["dp_size"], config["trainer"]["policy"]["train_micro_batch_size"]) == (2, 2)
+
+
+def test_train_command_prints_one_line_per_step_and_a_table(tmp_path):
+    result = runner.invoke(app, ["train", "pr-validation-no-compaction", "--steps", "1", "--out", str(tmp_path),
+                                 "--no-save-rollouts", "--backend", "harness.pipeline:ReferenceBackend"])
+    assert result.exit_code == 0, result.output
+    assert "step   0  rows   4  loss +0.000000  tmpe-1 " in result.stdout
+    assert "optimizer steps / scheduler increments │ 1 / 1" in result.stdout
+    assert not (tmp_path / "rollouts").exists()
+
+
+def test_train_command_rejects_an_unknown_scenario_with_exit_code_2(tmp_path):
+    result = runner.invoke(app, ["train", "no-such-run", "--out", str(tmp_path)])
+    assert result.exit_code == 2
+    assert "unknown training scenario 'no-such-run'" in result.stderr
+
+
+def test_train_command_rejects_a_backend_that_does_not_load(tmp_path):
+    result = runner.invoke(app, ["train", "pr-validation-no-compaction", "--out", str(tmp_path), "--backend", "nope"])
+    assert result.exit_code == 2
+    assert "expected 'module:attr'" in result.stderr

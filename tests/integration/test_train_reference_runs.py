@@ -1,0 +1,57 @@
+"""The feature's two 20-step validation runs, on CPU: every step's token_mult_prob_error at float precision."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harness.core import metrics as M
+from harness.core.artifacts import decode_step_artifact
+from harness.train_run import REFERENCE_RUNS, load_run_config, run_training
+
+pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore:Using `httpx` with `starlette.testclient`")]
+
+#: (scenario, real rows per step, logical rollouts split per step)
+RUNS = [("pr-validation-no-compaction", 4, 0), ("pr-validation-image-compaction-k2", 8, 4)]
+
+
+def _steps(out: Path) -> list[tuple[dict[str, Any], Any]]:
+    metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    artifacts = []
+    for step in range(len(metrics)):
+        stem = out / "artifacts" / f"step-{step:04d}"
+        artifacts.append(decode_step_artifact(stem.with_suffix(".npz").read_bytes(),
+                                              json.loads(stem.with_suffix(".json").read_text())))
+    return list(zip(metrics, artifacts, strict=True))
+
+
+@pytest.mark.parametrize(("scenario", "rows", "split"), RUNS)
+def test_reference_run_keeps_token_mult_prob_error_within_1e9_at_every_step_in_float64(tmp_path, scenario, rows, split):
+    summary = run_training(load_run_config(scenario, seed=0, save_rollouts=False), tmp_path)
+    assert REFERENCE_RUNS[scenario].steps == summary.steps == 20
+    assert (summary.optimizer_steps, summary.scheduler_steps, summary.final_policy_version) == (20, 20, 20)
+    steps = _steps(tmp_path)
+    assert len(steps) == 20
+    for step, (m, artifact) in enumerate(steps):
+        assert abs(m[M.TOKEN_MULT_PROB_ERROR] - 1.0) <= 1e-9, f"step {step}: {m[M.TOKEN_MULT_PROB_ERROR]!r}"
+        assert (m[M.NUM_PHYSICAL_ROWS], m[M.NUM_SPLIT_ROLLOUTS], m[M.NUM_LOGICAL_ROLLOUTS]) == (rows, split, 4)
+        assert (m[M.OPTIMIZER_STEP_COUNT], m[M.SCHEDULER_STEP_COUNT], m[M.SCHEDULER_STEP_INCREMENT]) == (step + 1, step + 1, 1)
+        assert m[M.TRAINED_POLICY_VERSION] == step
+        rewards = [rec["reward"] for rec in artifact.logical]
+        assert sorted(set(rewards)) == [0.0, 1.0], f"step {step}: rewards {rewards}"
+        groups = [rec["group_key"] for rec in artifact.logical]
+        assert all(groups.count(g) >= 2 for g in groups)
+        assert all(len(ids) >= 2 for ids in artifact.row_media_ids[:rows])  # multimodal: screenshots in every row
+        assert set(artifact.arrays["row_generation_policy_version"].tolist()) == {step}
+    assert steps[-1][0]["kl_penalty"] > 0.0  # the policy moved away from the reference
+
+
+def test_image_compaction_run_keeps_token_mult_prob_error_within_1e5_in_float32(tmp_path):
+    summary = run_training(load_run_config("pr-validation-image-compaction-k2", seed=0, dtype="float32",
+                                           save_rollouts=False), tmp_path)
+    assert summary.steps == 20
+    for step, (m, _) in enumerate(_steps(tmp_path)):
+        assert abs(m[M.TOKEN_MULT_PROB_ERROR] - 1.0) <= 1e-5, f"step {step}: {m[M.TOKEN_MULT_PROB_ERROR]!r}"

@@ -1,0 +1,61 @@
+"""The `Backend` seam: the reference backend implements it, `load_backend` finds others or says why not."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import harness.pipeline as pipeline
+from harness.core.errors import ConfigError
+from harness.pipeline.backend import Backend, ReferenceBackend, load_backend
+from harness.pipeline.train_config import TrainerConfig
+
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
+
+
+class _NotABackend:
+    def plan(self, result):  # no materialize, no train_step
+        return None
+
+
+def test_reference_backend_implements_the_protocol_and_is_exported_by_the_package():
+    assert isinstance(ReferenceBackend(), Backend)
+    assert pipeline.Backend is Backend
+    assert pipeline.ReferenceBackend is ReferenceBackend
+
+
+def test_reference_backend_plans_and_materializes_the_reference_payload():
+    backend = ReferenceBackend()
+    payload = json.loads((EXAMPLES / "gym-0.7.0-transport-compacted-3call.json").read_text())
+    plan = backend.plan({"response": payload, "reward": 1.0})
+    assert [t.turn_ids for t in plan.traces] == [(1, 2), (3,)]
+    cfg = TrainerConfig.model_validate({"grpo": {"num_prompts_per_step": 1, "num_generations_per_prompt": 1},
+                                        "policy": {"train_global_batch_size": 1}})
+    batch = backend.materialize([plan], cfg)
+    assert batch.parent_indices.tolist() == [0, 0]
+
+
+def test_load_backend_instantiates_a_class_named_module_colon_attr():
+    backend = load_backend("harness.pipeline:ReferenceBackend")
+    assert repr(backend) == "ReferenceBackend()"
+
+
+def test_load_backend_rejects_a_spec_without_a_colon():
+    with pytest.raises(ConfigError) as err:
+        load_backend("harness.pipeline.ReferenceBackend")
+    assert err.value.code == "invalid_argument"
+    assert "expected 'module:attr'" in err.value.detail
+
+
+def test_load_backend_rejects_a_spec_that_does_not_import():
+    with pytest.raises(ConfigError) as err:
+        load_backend("harness.pipeline:NoSuchBackend")
+    assert "backend='harness.pipeline:NoSuchBackend' does not load: AttributeError" in err.value.detail
+
+
+def test_load_backend_rejects_an_object_without_the_backend_methods():
+    with pytest.raises(ConfigError) as err:
+        load_backend(f"{__name__}:_NotABackend")
+    assert "lacks the Backend method(s) ['materialize', 'train_step']" in err.value.detail
