@@ -140,11 +140,20 @@ class MetricExpectation:
     high: float | None = None
     #: Reference for `max_abs_dev` (|actual - reference| <= value).
     reference: float | None = None
+    #: None: checked on every step's value. Otherwise a function over the run's per-step values:
+    #: `mean`/`min`/`max`/`sum`/`first`/`last` check one aggregated value; `all`/`any` check each
+    #: step and require every / at least one step to pass.
+    aggregate: str | None = None
+
+    @property
+    def expression(self) -> str:
+        """How the scenario spelled it: ``metric`` or ``fn(metric)``."""
+        return self.metric if self.aggregate is None else f"{self.aggregate}({self.metric})"
 
     def to_json(self) -> dict[str, Any]:
         return {k: v for k, v in (
             ("metric", self.metric), ("kind", self.kind), ("value", self.value),
-            ("low", self.low), ("high", self.high), ("reference", self.reference),
+            ("low", self.low), ("high", self.high), ("reference", self.reference), ("aggregate", self.aggregate),
         ) if v is not None}
 
 
@@ -160,6 +169,21 @@ class ExpectedStep:
     metric_expectations: tuple[MetricExpectation, ...] = ()
     #: Set when the whole batch must be refused (e.g. incomplete_group, duplicate ids).
     batch_error: ExpectedError | None = None
+    #: The error the step must stop with: the first rollout error in the order results reach the
+    #: trainer, else `batch_error`; None for a step that trains.
+    error: ExpectedError | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain JSON (rows without their route tensors)."""
+        return {
+            "step": self.step,
+            "rollouts": [r.to_json() for r in self.rollouts],
+            "rows": [r.to_json() for r in self.rows],
+            "exact_metrics": dict(self.exact_metrics),
+            "metric_expectations": [e.to_json() for e in self.metric_expectations],
+            "batch_error": self.batch_error.to_json() if self.batch_error else None,
+            "error": self.error.to_json() if self.error else None,
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,6 +196,19 @@ class ScenarioExpectation:
     steps: tuple[ExpectedStep, ...]
     #: The first error the run must stop with, for adversarial scenarios.
     error: ExpectedError | None = None
+    #: Checks over all steps (`MetricExpectation.aggregate` set); per-step checks live in each step.
+    metric_expectations: tuple[MetricExpectation, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain JSON of the whole expectation (what `compactsim export` can serialise)."""
+        return {
+            "scenario": self.scenario,
+            "seed": self.seed,
+            "verdict": self.verdict,
+            "error": self.error.to_json() if self.error else None,
+            "steps": [s.to_json() for s in self.steps],
+            "metric_expectations": [e.to_json() for e in self.metric_expectations],
+        }
 
 
 __all__ = [

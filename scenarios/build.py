@@ -1,0 +1,317 @@
+"""Turn a `Scenario` into what runs it: rollout specs per step, model/reward server settings, step batches.
+
+Pure functions of the scenario (and, for `step_results`, of the collected rollouts): no server
+is started here. A runner does, for every step `k`::
+
+    specs = step_specs(scenario, k)                      # in slot order: group-major, then index
+    collected = collect(specs, servers)                  # agents.collect, servers from the settings below
+    results = step_results(scenario, k, collected)       # what the trainer receives this step
+    plans = [plan_rollout(r) for r in results]; ...      # the system under test
+
+`model_server_settings` scripts every step at once, so one server serves a whole run (policy
+mode: the runner pushes new weights between steps). Rollouts that failed (the agent gave up)
+never reach the trainer; the mutation and the batch corruption are applied last.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from agents.script import RolloutSpec, SamplingConfig
+from harness.core.errors import ConfigError
+from harness.core.seeds import derive_int
+from scenarios.model import Scenario, resolve_compaction
+from scenarios.mutations import MUTATIONS_BY_NAME, MutationNotApplicable
+
+if TYPE_CHECKING:
+    from harness.pipeline.train_config import TrainerConfig
+
+_CONTRACT_KEYS = ("context_compaction_contract", "rollout_trace_contract")
+_RECORD_KEYS = ("model_call_metadata", "completion_evidence")
+
+
+def rollout_id(step: int, group: int, index: int) -> str:
+    """``s{step}-g{group}-r{index}``: unique across a whole run."""
+    return f"s{step}-g{group}-r{index}"
+
+
+def group_id(step: int, group: int) -> str:
+    """``s{step}-g{group}``: one GRPO group (one prompt) of one step."""
+    return f"s{step}-g{group}"
+
+
+def task_id(group: int) -> str:
+    """``task-{group}``: the task a group's prompt asks, the same at every step."""
+    return f"task-{group}"
+
+
+@dataclass(frozen=True, slots=True)
+class RolloutSlot:
+    """Where a rollout sits in a scenario run."""
+
+    step: int
+    group: int
+    index: int
+
+    @property
+    def rollout_id(self) -> str:
+        return rollout_id(self.step, self.group, self.index)
+
+    @property
+    def group_id(self) -> str:
+        return group_id(self.step, self.group)
+
+
+def _check_step(scenario: Scenario, step: int) -> None:
+    if not 0 <= step < scenario.steps:
+        raise ConfigError("invalid_argument", f"step={step} is outside scenario {scenario.name!r} (steps={scenario.steps})")
+
+
+def slots(scenario: Scenario, step: int) -> tuple[RolloutSlot, ...]:
+    """The step's rollouts in spec order: group-major, then rollout index."""
+    _check_step(scenario, step)
+    return tuple(RolloutSlot(step, g, i) for g in range(scenario.groups) for i in range(scenario.group_size))
+
+
+def slot_of(scenario: Scenario, rid: str) -> RolloutSlot:
+    """The slot of a rollout id of this scenario (`ConfigError` for a foreign id)."""
+    for step in range(scenario.steps):
+        for s in slots(scenario, step):
+            if s.rollout_id == rid:
+                return s
+    raise ConfigError("invalid_argument", f"rollout id {rid!r} is not part of scenario {scenario.name!r}")
+
+
+def rollout_seed(scenario: Scenario, slot: RolloutSlot) -> int:
+    """The spec seed of one rollout (drives its synthetic pixels), a pure function of the scenario seed."""
+    return derive_int(scenario.seed, "scenario.rollout", step=slot.step, group=slot.group, index=slot.index)
+
+
+def rollout_spec(scenario: Scenario, slot: RolloutSlot) -> RolloutSpec:
+    """The agents' spec of one rollout, overrides applied."""
+    g, i = slot.group, slot.index
+    script_spec = scenario.setting("script", g, i)
+    script = script_spec.build(derive_int(scenario.seed, "scenario.script", group=g))
+    if scenario.groups > 1:
+        script = script.model_copy(update={"task": f"{script.task} [task {g}]"})
+    max_output_tokens = scenario.setting("max_output_tokens", g, i)
+    return RolloutSpec(
+        rollout_id=slot.rollout_id,
+        group_id=slot.group_id,
+        task_id=task_id(g),
+        rollout_index=i,
+        attempt_index=0,
+        seed=rollout_seed(scenario, slot),
+        script=script,
+        context_history=resolve_compaction(scenario.setting("compaction", g, i)),
+        flavour=scenario.setting("flavour", g, i),
+        max_steps=scenario.setting("max_steps", g, i),
+        send_required_prefix=scenario.setting("send_required_prefix", g, i),
+        sampling=SamplingConfig(max_output_tokens=max_output_tokens),
+        endpoint=scenario.endpoint,
+    )
+
+
+def step_specs(scenario: Scenario, step: int) -> tuple[RolloutSpec, ...]:
+    """Every rollout spec of one step, in slot order."""
+    return tuple(rollout_spec(scenario, s) for s in slots(scenario, step))
+
+
+def fault_specs(scenario: Scenario) -> list[dict[str, Any]]:
+    """The scenario's faults as the model server's `FaultSpec` JSON (selectors expanded to rollout ids)."""
+    out: list[dict[str, Any]] = []
+    for f in scenario.faults:
+        base: dict[str, Any] = {"kind": f.kind, "endpoint": f.endpoint, "probability": f.probability}
+        if f.turn is not None:
+            base["turn"] = f.turn
+        if f.delay_s is not None:
+            base["delay_s"] = f.delay_s
+        if f.step is None and f.group is None and f.index is None:
+            out.append(base)
+            continue
+        for step in range(scenario.steps):
+            if f.step is not None and f.step != step:
+                continue
+            for s in slots(scenario, step):
+                if (f.group is None or f.group == s.group) and (f.index is None or f.index == s.index):
+                    out.append({**base, "rollout_id": s.rollout_id})
+    return out
+
+
+def model_server_settings(scenario: Scenario) -> dict[str, Any]:
+    """`ServerSettings` JSON for the mock model server: every step's script, mode, drift, faults."""
+    script: dict[str, list[dict[str, Any]]] = {}
+    for step in range(scenario.steps):
+        for spec in step_specs(scenario, step):
+            script[spec.rollout_id] = spec.script.server_steps()
+    settings: dict[str, Any] = {
+        "mode": scenario.mode,
+        "seed": scenario.seed,
+        "drift": scenario.drift,
+        "script": script,
+        "faults": fault_specs(scenario),
+        "return_routed_experts": scenario.routes,
+    }
+    if scenario.mode == "policy":
+        precision = scenario.trainer_config().policy.precision
+        settings["policy"] = {"dtype": "float64" if precision == "float64" else "float32"}
+    return settings
+
+
+def reward_server_settings(scenario: Scenario) -> dict[str, Any]:
+    """`RewardSettings` JSON for the mock reward server."""
+    return {"rule": scenario.rewards.rule_json(), "mask_sample_indices": sorted(set(scenario.mask_sample))}
+
+
+# ---------------------------------------------------------------------------------------------- the step batch
+
+
+def _rollout_id_of(item: Any) -> str:
+    rid = getattr(item, "rollout_id", None)
+    if rid is None and isinstance(item, Mapping):
+        rid = item.get("rollout_id")
+    if not isinstance(rid, str):
+        raise TypeError(f"collected rollouts need a rollout_id; got {type(item).__name__}")
+    return rid
+
+
+def _result_of(item: Any) -> dict[str, Any] | None:
+    if isinstance(item, Mapping):
+        return item.get("result")  # type: ignore[return-value]
+    return getattr(item, "result", None)
+
+
+def step_results(scenario: Scenario, step: int, collected: Sequence[Any]) -> list[dict[str, Any]]:
+    """The Gym results the trainer receives at `step`, from the step's collected rollouts.
+
+    `collected` holds `agents.CollectedRollout`s (or mappings with ``rollout_id`` and ``result``)
+    in any order. Failed rollouts (result None) are left out; then the scenario's mutation and
+    batch corruption aimed at this step are applied. Results are deep copies; input is untouched.
+    Raises `MutationNotApplicable` (a `ValueError`) when the mutation's target lacks what it edits,
+    and `ConfigError("invalid_argument")` when a target rollout did not complete.
+    """
+    _check_step(scenario, step)
+    by_id: dict[str, dict[str, Any] | None] = {_rollout_id_of(c): _result_of(c) for c in collected}
+    order = [s.rollout_id for s in slots(scenario, step)]
+    unknown = sorted(set(by_id) - set(order))
+    if unknown:
+        raise ConfigError("invalid_argument", f"rollouts {unknown[:3]} are not part of step {step} of {scenario.name!r}")
+    results: list[tuple[str, dict[str, Any]]] = [(rid, copy.deepcopy(by_id[rid])) for rid in order  # type: ignore[misc]
+                                                 if by_id.get(rid) is not None]
+
+    def target(kind: str, ref: Any) -> int:
+        rid = rollout_id(step, ref.group, ref.index)
+        for k, (r, _) in enumerate(results):
+            if r == rid:
+                return k
+        raise ConfigError("invalid_argument", f"{kind} target {rid!r} of scenario {scenario.name!r} did not complete")
+
+    m = scenario.mutation
+    if m is not None and m.step == step:
+        k = target("mutation", m)
+        results[k] = (results[k][0], MUTATIONS_BY_NAME[m.name].apply(results[k][1]))
+    c = scenario.corruption
+    if c is not None and c.step == step:
+        k = target("corruption", c)
+        rid, result = results[k]
+        if c.kind == "duplicate_rollout":
+            results.insert(k + 1, (rid, copy.deepcopy(result)))
+        elif c.kind == "drop_rollout":
+            del results[k]
+        elif c.kind == "zero_call_capture":
+            results[k] = (rid, zero_call_capture(result))
+        elif c.kind == "bump_policy_version":
+            results[k] = (rid, bump_policy_version(result))
+    return [r for _, r in results]
+
+
+def _response(result: dict[str, Any]) -> dict[str, Any]:
+    return result["response"] if "response" in result and "output" not in result else result
+
+
+def _is_token_item(item: Any) -> bool:
+    return isinstance(item, Mapping) and any(item.get(k) is not None for k in ("prompt_token_ids", "generation_token_ids"))
+
+
+def zero_call_capture(result: dict[str, Any]) -> dict[str, Any]:
+    """The same rollout as Gym reports it when the agent made no model call: no token item, no record."""
+    out = copy.deepcopy(result)
+    resp = _response(out)
+    resp["output"] = [it for it in resp.get("output", []) if not _is_token_item(it)]
+    for key in _RECORD_KEYS:
+        if key in resp:
+            resp[key] = []
+    for key in ("boundary_events", "chunk_records", "lineage_deltas"):
+        if key in resp:
+            resp[key] = []
+    if "media_assets" in resp:
+        resp["media_assets"] = {}
+    return out
+
+
+def bump_policy_version(result: dict[str, Any]) -> dict[str, Any]:
+    """Every token-bearing item (and full-shape record) claims one policy version later."""
+    out = copy.deepcopy(result)
+    resp = _response(out)
+    touched = False
+    for item in resp.get("output", []):
+        if _is_token_item(item):
+            item["policy_version"] = int(item.get("policy_version") or 0) + 1
+            touched = True
+    for key in _RECORD_KEYS:
+        for rec in resp.get(key) or []:
+            if isinstance(rec, dict) and "policy_version" in rec:
+                rec["policy_version"] = int(rec.get("policy_version") or 0) + 1
+    if not touched:
+        raise MutationNotApplicable("bump_policy_version: the result has no token-bearing output item")
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- everything at once
+
+
+@dataclass(frozen=True, slots=True)
+class ScenarioBuild:
+    """Everything a runner needs to run a scenario (besides the servers and the backend)."""
+
+    scenario: Scenario
+    #: Rollout specs of every step, in slot order.
+    specs: tuple[tuple[RolloutSpec, ...], ...]
+    model_settings: dict[str, Any]
+    reward_settings: dict[str, Any]
+    trainer_config: TrainerConfig
+
+
+def build_scenario(scenario: Scenario) -> ScenarioBuild:
+    """Specs for every step, both servers' settings and the validated trainer config."""
+    return ScenarioBuild(
+        scenario=scenario,
+        specs=tuple(step_specs(scenario, k) for k in range(scenario.steps)),
+        model_settings=model_server_settings(scenario),
+        reward_settings=reward_server_settings(scenario),
+        trainer_config=scenario.trainer_config(),
+    )
+
+
+__all__ = [
+    "RolloutSlot",
+    "ScenarioBuild",
+    "build_scenario",
+    "bump_policy_version",
+    "fault_specs",
+    "group_id",
+    "model_server_settings",
+    "reward_server_settings",
+    "rollout_id",
+    "rollout_seed",
+    "rollout_spec",
+    "slot_of",
+    "slots",
+    "step_results",
+    "step_specs",
+    "task_id",
+    "zero_call_capture",
+]

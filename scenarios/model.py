@@ -1,0 +1,528 @@
+"""A scenario: one named, reproducible situation of compacted GRPO training and its expected outcome.
+
+A `Scenario` says who runs (prompt groups × rollouts, their scripts, compaction, evidence
+flavour), how the servers answer (scripted or policy mode, drift, faults, rewards, `mask_sample`
+flags), how the trainer is configured, what is done to the evidence afterwards (an adversarial
+mutation of one rollout, a batch-level corruption), and what a correct consumer must conclude
+(`expect`: success, or an error code and turn) plus declarative metric expectations. It is data
+only: `scenarios.build` turns it into rollout specs and server settings, the oracle turns it and
+the agents' ground-truth logs into exact expectations.
+
+Rollouts are addressed by (step, group, index): rollout ``s{step}-g{group}-r{index}`` of group
+``s{step}-g{group}`` of task ``task-{group}``. Every rollout of a group runs the same script
+unless an entry of `rollouts` overrides it, so "only some rollouts of a group compact" is one
+override.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from agents.compaction_config import ContextHistoryConfig
+from agents.presets import policy_preset
+from agents.script import Flavour, ImageSpec, RolloutScript, TurnScript, scripted_turns
+from harness.core.errors import CONTRACT_CODES, ConfigError
+from mock_servers.model_server.settings import FaultKind
+from scenarios.metric_expectations import parse_metric_expectations
+from scenarios.mutations import MUTATIONS_BY_NAME
+
+if TYPE_CHECKING:  # the config types are read lazily, so importing a scenario never loads the pipeline
+    from harness.pipeline.train_config import TrainerConfig
+
+#: Catalogue scenarios stay small so the whole catalogue runs in seconds.
+MAX_GROUPS = 8
+MAX_GROUP_SIZE = 8
+MAX_TURNS = 16
+MAX_STEPS = 100
+NAME_PATTERN = re.compile(r"^[a-z0-9][a-z0-9-]{0,79}$")
+TAG_PATTERN = re.compile(r"^[a-z0-9][a-z0-9-]{0,39}$")
+
+Mode = Literal["scripted", "policy"]
+Drift = Literal["none", "merge", "strip_think"]
+CorruptionKind = Literal["duplicate_rollout", "drop_rollout", "zero_call_capture", "bump_policy_version"]
+
+#: What each batch corruption does to the step's list of results (documented once, here).
+CORRUPTIONS: dict[str, str] = {
+    "duplicate_rollout": "the target rollout's result is submitted twice (duplicate_logical_rollout_id)",
+    "drop_rollout": "the target rollout's result never arrives, so its group is short (incomplete_group)",
+    "zero_call_capture": "the target rollout arrives with no model call at all (Gym's zero-call capture: "
+    "no_eligible_tokens with a contract, missing_token_evidence without one)",
+    "bump_policy_version": "every call of the target rollout claims policy_version + 1, so a sync batch mixes "
+    "generation versions (mixed_policy_versions)",
+}
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+# ---------------------------------------------------------------------------------------------- scripts
+
+
+class TurnsGenerator(_Strict):
+    """Arguments of `agents.scripted_turns`: `turns - 1` tool calls with screenshots, then an answer."""
+
+    turns: int = Field(4, ge=1, le=MAX_TURNS)
+    images_per_observation: int = Field(1, ge=0, le=4)
+    image_pattern: Literal["screens", "shapes", "repeated", "reordered"] = "screens"
+    reasoning: bool = True
+    tool_output_chars: int = Field(24, ge=0, le=400)
+    final_finish_reason: Literal["stop", "length"] = "stop"
+
+    @model_validator(mode="after")
+    def _reordered_needs_two(self) -> TurnsGenerator:
+        if self.image_pattern == "reordered" and 0 < self.images_per_observation < 2:
+            raise ValueError("image_pattern 'reordered' shows two images per observation: set images_per_observation >= 2")
+        return self
+
+
+class ScriptSpec(_Strict):
+    """One rollout's script: generated turns (`generate`) or explicit `turns`, never both."""
+
+    task: str = Field("Open the settings app.", min_length=1)
+    task_images: tuple[ImageSpec, ...] = ()
+    system: str | None = None
+    generate: TurnsGenerator | None = None
+    turns: tuple[TurnScript, ...] = Field((), max_length=MAX_TURNS)
+
+    @model_validator(mode="after")
+    def _one_source(self) -> ScriptSpec:
+        if (self.generate is None) == (not self.turns):
+            raise ValueError("give exactly one of 'generate' (scripted_turns arguments) or 'turns' (explicit turns)")
+        if self.turns:
+            for k, turn in enumerate(self.turns[:-1]):
+                if not turn.tool_calls:
+                    raise ValueError(
+                        f"turns[{k}] has no tool call, so the agent would stop there; only the last turn may "
+                        "answer without a tool call"
+                    )
+        return self
+
+    @property
+    def num_turns(self) -> int:
+        return self.generate.turns if self.generate is not None else len(self.turns)
+
+    def build(self, seed: int) -> RolloutScript:
+        """The agents' `RolloutScript` (generated turns draw their tool arguments from `seed`)."""
+        if self.generate is not None:
+            g = self.generate
+            turns = scripted_turns(
+                seed, turns=g.turns, images_per_observation=g.images_per_observation, image_pattern=g.image_pattern,
+                reasoning=g.reasoning, tool_output_chars=g.tool_output_chars, final_finish_reason=g.final_finish_reason,
+            )
+        else:
+            turns = self.turns
+        return RolloutScript(task=self.task, task_images=self.task_images, system=self.system, turns=turns)
+
+
+CompactionRef = str | ContextHistoryConfig
+
+
+def resolve_compaction(ref: CompactionRef) -> ContextHistoryConfig:
+    """A preset name (`agents.policy_preset`) or an explicit `ContextHistoryConfig`."""
+    return policy_preset(ref) if isinstance(ref, str) else ref
+
+
+def _check_compaction(ref: CompactionRef | None) -> CompactionRef | None:
+    if isinstance(ref, str):
+        try:
+            policy_preset(ref)
+        except ConfigError as exc:
+            raise ValueError(exc.detail) from None
+    return ref
+
+
+# ---------------------------------------------------------------------------------------------- rollouts
+
+
+class RolloutOverride(_Strict):
+    """Changes for the rollouts at `index` of one group (`group`) or of every group (`group: null`)."""
+
+    index: int = Field(ge=0, lt=MAX_GROUP_SIZE)
+    group: int | None = Field(None, ge=0, lt=MAX_GROUPS)
+    script: ScriptSpec | None = None
+    compaction: CompactionRef | None = None
+    flavour: Flavour | None = None
+    send_required_prefix: bool | None = None
+    max_steps: int | None = Field(None, ge=1)
+    max_output_tokens: int | None = Field(None, ge=1)
+
+    @field_validator("compaction")
+    @classmethod
+    def _compaction(cls, v: CompactionRef | None) -> CompactionRef | None:
+        return _check_compaction(v)
+
+    def applies(self, group: int, index: int) -> bool:
+        return self.index == index and (self.group is None or self.group == group)
+
+
+# ---------------------------------------------------------------------------------------------- rewards
+
+
+class PredicateReward(_Strict):
+    """Reward by the final assistant text: `reward_true` when it contains `contains` (or equals `equals`)."""
+
+    contains: str | None = None
+    equals: str | None = None
+    reward_true: float = 1.0
+    reward_false: float = 0.0
+
+    @model_validator(mode="after")
+    def _one(self) -> PredicateReward:
+        if (self.contains is None) == (self.equals is None):
+            raise ValueError("a predicate reward needs exactly one of 'contains' or 'equals'")
+        return self
+
+
+class RewardsSpec(_Strict):
+    """Exactly one rule: `fixed`, `pattern` (by rollout index, cycling), `by_index` (+ `default`), `predicate`."""
+
+    fixed: float | None = None
+    pattern: tuple[float, ...] | None = Field(None, min_length=1)
+    by_index: dict[int, float] | None = None
+    default: float = 0.0
+    predicate: PredicateReward | None = None
+
+    @model_validator(mode="after")
+    def _one_rule(self) -> RewardsSpec:
+        given = [k for k in ("fixed", "pattern", "by_index", "predicate") if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise ValueError(f"give exactly one reward rule of fixed, pattern, by_index, predicate; got {given or 'none'}")
+        return self
+
+    @property
+    def kind(self) -> str:
+        return next(k for k in ("fixed", "pattern", "by_index", "predicate") if getattr(self, k) is not None)
+
+    def rule_json(self) -> dict[str, Any]:
+        """The reward server's `RewardRule` JSON."""
+        if self.fixed is not None:
+            return {"kind": "fixed", "value": self.fixed}
+        if self.pattern is not None:
+            return {"kind": "pattern", "pattern": list(self.pattern)}
+        if self.by_index is not None:
+            return {"kind": "by_index", "rewards": {str(k): v for k, v in self.by_index.items()}, "default": self.default}
+        p = self.predicate
+        assert p is not None
+        rule: dict[str, Any] = {"kind": "predicate", "reward_true": p.reward_true, "reward_false": p.reward_false}
+        rule.update({"contains": p.contains} if p.contains is not None else {"equals": p.equals})
+        return rule
+
+
+# ---------------------------------------------------------------------------------------------- faults, corruption
+
+
+class FaultRef(_Strict):
+    """A mock-server fault switch aimed at scenario rollouts (None selectors match every rollout/turn)."""
+
+    kind: FaultKind
+    step: int | None = Field(None, ge=0)
+    group: int | None = Field(None, ge=0)
+    index: int | None = Field(None, ge=0)
+    turn: int | None = Field(None, ge=1)
+    endpoint: Literal["any", "chat", "responses"] = "any"
+    probability: float = Field(1.0, ge=0.0, le=1.0)
+    delay_s: float | None = Field(None, ge=0.0, le=60.0)
+
+
+class MutationRef(_Strict):
+    """Apply the named `scenarios.mutations` mutation to one rollout's Gym result."""
+
+    name: str
+    step: int = Field(0, ge=0)
+    group: int = Field(0, ge=0)
+    index: int = Field(0, ge=0)
+
+    @field_validator("name")
+    @classmethod
+    def _known(cls, v: str) -> str:
+        if v not in MUTATIONS_BY_NAME:
+            raise ValueError(f"unknown mutation {v!r}; known: {sorted(MUTATIONS_BY_NAME)}")
+        return v
+
+
+class Corruption(_Strict):
+    """A batch-level corruption of one step's results (see `CORRUPTIONS`)."""
+
+    kind: CorruptionKind
+    step: int = Field(0, ge=0)
+    group: int = Field(0, ge=0)
+    index: int = Field(0, ge=0)
+
+
+class Expect(_Strict):
+    """The verdict a correct consumer reaches: success, or the contract error `code` (at `turn`, when given)."""
+
+    verdict: Literal["success", "error"] = "success"
+    code: str | None = None
+    turn: int | None = Field(None, ge=1)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Expect:
+        if self.verdict == "success" and (self.code is not None or self.turn is not None):
+            raise ValueError("verdict 'success' takes no code or turn")
+        if self.verdict == "error":
+            if self.code is None:
+                raise ValueError("verdict 'error' needs a contract error code")
+            if self.code not in CONTRACT_CODES:
+                raise ValueError(f"unknown contract error code {self.code!r}; known: {sorted(CONTRACT_CODES)}")
+        return self
+
+
+# ---------------------------------------------------------------------------------------------- scenario
+
+
+def deep_merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    """`base` with `over` merged in, nested mappings merged key by key."""
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = deep_merge(out[k], v) if isinstance(v, Mapping) and isinstance(out.get(k), Mapping) else v
+    return out
+
+
+class Scenario(_Strict):
+    """One named scenario (see the module docstring)."""
+
+    name: str
+    purpose: str = Field(min_length=1, max_length=240)
+    tags: tuple[str, ...] = ()
+    seed: int = Field(0, ge=0, lt=2**63)
+    #: Prompt groups per step (= grpo.num_prompts_per_step) and rollouts per group (= num_generations_per_prompt).
+    groups: int = Field(1, ge=1, le=MAX_GROUPS)
+    group_size: int = Field(2, ge=1, le=MAX_GROUP_SIZE)
+    script: ScriptSpec = ScriptSpec(generate=TurnsGenerator())
+    compaction: CompactionRef = "identity"
+    flavour: Flavour = "gym-0.7.0-transport"
+    endpoint: Literal["responses", "chat"] = "responses"
+    send_required_prefix: bool | None = None
+    max_steps: int | None = Field(None, ge=1)
+    max_output_tokens: int | None = Field(None, ge=1)
+    rollouts: tuple[RolloutOverride, ...] = ()
+    mode: Mode = "scripted"
+    drift: Drift = "none"
+    routes: bool = True
+    faults: tuple[FaultRef, ...] = ()
+    rewards: RewardsSpec = RewardsSpec(pattern=(1.0, 0.0))
+    #: Rollout indices (in every group) whose verify answer sets `mask_sample`.
+    mask_sample: tuple[int, ...] = ()
+    #: `TrainerConfig` overrides (nested), merged over the scenario's defaults (see `trainer_values`).
+    trainer: dict[str, Any] = Field(default_factory=dict)
+    steps: int = Field(1, ge=1, le=MAX_STEPS)
+    mutation: MutationRef | None = None
+    corruption: Corruption | None = None
+    expect: Expect = Expect()
+    #: Declarative metric checks: ``{metric or fn(metric): {equals|max_abs_dev+reference|min|max|between}}``.
+    metrics: dict[str, dict[str, Any]] = Field(default_factory=dict)
+
+    @field_validator("compaction")
+    @classmethod
+    def _compaction(cls, v: CompactionRef) -> CompactionRef:
+        return _check_compaction(v)  # type: ignore[return-value]
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not NAME_PATTERN.match(v):
+            raise ValueError(f"name {v!r}: use lowercase letters, digits and dashes (at most 80 characters)")
+        return v
+
+    @field_validator("purpose")
+    @classmethod
+    def _one_line(cls, v: str) -> str:
+        if "\n" in v.strip():
+            raise ValueError("purpose must be one line")
+        return v.strip()
+
+    @field_validator("tags")
+    @classmethod
+    def _tags(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        bad = [t for t in v if not TAG_PATTERN.match(t)]
+        if bad:
+            raise ValueError(f"tags {bad}: use lowercase letters, digits and dashes")
+        if len(set(v)) != len(v):
+            raise ValueError(f"tags {list(v)} repeat a tag")
+        return v
+
+    @field_validator("metrics")
+    @classmethod
+    def _metrics(cls, v: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        try:
+            parse_metric_expectations(v)
+        except ConfigError as exc:
+            raise ValueError(exc.detail) from None
+        return v
+
+    @model_validator(mode="after")
+    def _cross_checks(self) -> Scenario:
+        problems: list[str] = []
+        for k, o in enumerate(self.rollouts):
+            if o.index >= self.group_size:
+                problems.append(f"rollouts[{k}].index={o.index} is outside the group (group_size={self.group_size})")
+            if o.group is not None and o.group >= self.groups:
+                problems.append(f"rollouts[{k}].group={o.group} is outside groups={self.groups}")
+        bad_mask = [i for i in self.mask_sample if not 0 <= i < self.group_size]
+        if bad_mask:
+            problems.append(f"mask_sample {bad_mask} names rollout indices outside the group (group_size={self.group_size})")
+        for what, ref in (("mutation", self.mutation), ("corruption", self.corruption)):
+            if ref is not None:
+                problems += self._slot_problems(what, ref.step, ref.group, ref.index)
+        for k, f in enumerate(self.faults):
+            if f.step is not None and f.step >= self.steps:
+                problems.append(f"faults[{k}].step={f.step} is outside steps={self.steps}")
+            if f.group is not None and f.group >= self.groups:
+                problems.append(f"faults[{k}].group={f.group} is outside groups={self.groups}")
+            if f.index is not None and f.index >= self.group_size:
+                problems.append(f"faults[{k}].index={f.index} is outside group_size={self.group_size}")
+        m, c = self.mutation, self.corruption
+        if m is not None and c is not None and (m.step, m.group, m.index) == (c.step, c.group, c.index):
+            problems.append("mutation and corruption target the same rollout; aim them at different rollouts")
+        if m is not None and m.group < self.groups and m.index < self.group_size:
+            flavour = self.setting("flavour", m.group, m.index)
+            if flavour == "none":
+                problems.append(f"mutation {m.name!r} edits contract records; its target rollout has flavour 'none'")
+            elif m.name == "unknown_schema_version" and flavour == "gym-pr2870":
+                problems.append("mutation 'unknown_schema_version' needs a 0.7.0 contract; the target's flavour is gym-pr2870")
+        if self.mode == "policy" and any(t.logprobs is not None for s in self._scripts() for t in s.turns):
+            problems.append("policy mode samples its own logprobs: scripted 'logprobs' are not allowed")
+        if problems:
+            raise ValueError("; ".join(problems))
+        try:
+            self.trainer_config()
+        except ConfigError as exc:
+            raise ValueError(f"trainer: {exc}") from None
+        return self
+
+    def _slot_problems(self, what: str, step: int, group: int, index: int) -> list[str]:
+        out = []
+        if step >= self.steps:
+            out.append(f"{what}.step={step} is outside steps={self.steps}")
+        if group >= self.groups:
+            out.append(f"{what}.group={group} is outside groups={self.groups}")
+        if index >= self.group_size:
+            out.append(f"{what}.index={index} is outside group_size={self.group_size}")
+        return out
+
+    def _scripts(self) -> list[ScriptSpec]:
+        return [self.script, *(o.script for o in self.rollouts if o.script is not None)]
+
+    # ------------------------------------------------------------------ resolved views
+
+    def override(self, group: int, index: int) -> RolloutOverride | None:
+        """The last override entry that applies to (group, index), or None."""
+        found = None
+        for o in self.rollouts:
+            if o.applies(group, index):
+                found = o
+        return found
+
+    def setting(self, name: str, group: int, index: int) -> Any:
+        """A per-rollout setting: the override's value when it sets one, else the scenario's."""
+        o = self.override(group, index)
+        value = getattr(o, name) if o is not None else None
+        return value if value is not None else getattr(self, name)
+
+    def trainer_values(self) -> dict[str, Any]:
+        """The trainer settings as plain data: scenario defaults, then `trainer` merged over them.
+
+        Defaults: one optimizer step per logical batch of `groups × group_size` rollouts, float64
+        numerics (exact comparisons) and router replay on.
+        """
+        base: dict[str, Any] = {
+            "grpo": {
+                "num_prompts_per_step": self.groups,
+                "num_generations_per_prompt": self.group_size,
+                "max_num_steps": max(self.steps, 1),
+                "seed": self.seed,
+            },
+            "policy": {
+                "train_global_batch_size": self.groups * self.group_size,
+                "precision": "float64",
+                "logprob_dtype": "float64",
+                "router_replay_enabled": True,
+            },
+        }
+        return deep_merge(base, self.trainer)
+
+    def trainer_config(self) -> TrainerConfig:
+        """`TrainerConfig` of this scenario, validated for the physical-trace path (`ConfigError` otherwise)."""
+        from harness.pipeline.train_config import parse_trainer_config, validate_physical_trace_training_config
+
+        return validate_physical_trace_training_config(parse_trainer_config(self.trainer_values()))
+
+    def with_seed(self, seed: int) -> Scenario:
+        """The same scenario under another seed (`compactsim run --seed N`)."""
+        return self.model_validate({**self.to_data(), "seed": seed})
+
+    def to_data(self) -> dict[str, Any]:
+        """Plain data (defaults omitted) that validates back into an equal scenario; what YAML files hold."""
+        return self.model_dump(mode="json", exclude_defaults=True)
+
+    def summary(self) -> dict[str, Any]:
+        """What `compactsim scenarios list --json` prints for this scenario."""
+        e = self.expect
+        return {
+            "name": self.name,
+            "tags": list(self.tags),
+            "purpose": self.purpose,
+            "expected": e.verdict if e.verdict == "success" else f"error: {e.code}" + (f" @ turn {e.turn}" if e.turn else ""),
+            "steps": self.steps,
+            "mode": self.mode,
+        }
+
+    def training_recipe(self) -> dict[str, Any]:
+        """The run recipe fields of `harness.train_run.RunRecipe` for a uniform generated scenario.
+
+        Raises `ConfigError("invalid_argument")` when the scenario cannot be expressed as a recipe
+        (explicit turns, per-rollout overrides, non-pattern rewards, mutations, faults).
+        """
+        why = []
+        if self.script.generate is None:
+            why.append("explicit turns")
+        if self.rollouts:
+            why.append("per-rollout overrides")
+        if self.rewards.pattern is None:
+            why.append(f"{self.rewards.kind} rewards")
+        if not isinstance(self.compaction, str):
+            why.append("an explicit compaction config")
+        if self.mutation or self.corruption or self.faults:
+            why.append("adversarial edits or faults")
+        if why:
+            raise ConfigError("invalid_argument", f"scenario {self.name!r} is not a plain training recipe: {', '.join(why)}")
+        g = self.script.generate
+        assert g is not None and self.rewards.pattern is not None and isinstance(self.compaction, str)
+        return {
+            "description": self.purpose,
+            "compaction": self.compaction,
+            "turns": g.turns,
+            "images_per_observation": g.images_per_observation,
+            "flavour": self.flavour,
+            "num_prompts_per_step": self.groups,
+            "num_generations_per_prompt": self.group_size,
+            "reward_pattern": list(self.rewards.pattern),
+            "steps": self.steps,
+            "trainer": dict(self.trainer),
+        }
+
+
+__all__ = [
+    "CORRUPTIONS",
+    "CompactionRef",
+    "Corruption",
+    "CorruptionKind",
+    "Drift",
+    "Expect",
+    "FaultRef",
+    "MutationRef",
+    "PredicateReward",
+    "RewardsSpec",
+    "RolloutOverride",
+    "Scenario",
+    "ScriptSpec",
+    "TurnsGenerator",
+    "deep_merge",
+    "resolve_compaction",
+]

@@ -1,0 +1,154 @@
+"""Building a scenario: rollout specs, server settings, and the step batch the trainer receives."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness.core.errors import ConfigError
+from harness.core.seeds import derive_int
+from scenarios.build import (
+    build_scenario,
+    bump_policy_version,
+    fault_specs,
+    model_server_settings,
+    reward_server_settings,
+    rollout_seed,
+    slot_of,
+    slots,
+    step_results,
+    step_specs,
+    zero_call_capture,
+)
+from scenarios.execute import collect_step
+from scenarios.model import Scenario
+from scenarios.mutations import MutationNotApplicable
+
+pytestmark = pytest.mark.filterwarnings("ignore:Using `httpx` with `starlette.testclient`")
+
+
+def _s(**data) -> Scenario:
+    return Scenario.model_validate({"name": "b", "purpose": "build test", **data})
+
+
+def test_rollouts_are_addressed_by_step_group_and_index():
+    s = _s(groups=2, group_size=2, steps=2)
+    assert [x.rollout_id for x in slots(s, 1)] == ["s1-g0-r0", "s1-g0-r1", "s1-g1-r0", "s1-g1-r1"]
+    specs = step_specs(s, 1)
+    assert [(sp.group_id, sp.task_id, sp.rollout_index) for sp in specs] == [
+        ("s1-g0", "task-0", 0), ("s1-g0", "task-0", 1), ("s1-g1", "task-1", 0), ("s1-g1", "task-1", 1)]
+    assert specs[2].script.task == "Open the settings app. [task 1]"
+    assert specs[0].seed == derive_int(0, "scenario.rollout", step=1, group=0, index=0) == rollout_seed(s, slots(s, 1)[0])
+    assert slot_of(s, "s1-g1-r0").group == 1
+    with pytest.raises(ConfigError, match="step=2 is outside scenario 'b'"):
+        slots(s, 2)
+    with pytest.raises(ConfigError, match="'s9-g0-r0' is not part of scenario 'b'"):
+        slot_of(s, "s9-g0-r0")
+
+
+def test_specs_carry_overrides_flavour_endpoint_and_sampling():
+    s = _s(group_size=3, compaction="recency-images-k1", endpoint="chat", max_output_tokens=64,
+           rollouts=[{"index": 1, "compaction": "identity", "flavour": "gym-pr2870", "send_required_prefix": False,
+                      "script": {"generate": {"turns": 2}}}])
+    a, b, c = step_specs(s, 0)
+    assert a.context_history.policy.type == "recency" and b.context_history.policy.type == "identity"
+    assert (b.flavour, b.send_required_prefix, len(b.script.turns)) == ("gym-pr2870", False, 2)
+    assert (a.endpoint, a.sampling.max_output_tokens, len(c.script.turns)) == ("chat", 64, 4)
+
+
+def test_fault_selectors_expand_to_rollout_ids():
+    s = _s(groups=2, steps=2, faults=[{"kind": "http_503", "index": 1, "step": 1, "turn": 2, "probability": 0.5},
+                                      {"kind": "slow", "delay_s": 0.01}])
+    assert fault_specs(s) == [
+        {"kind": "http_503", "endpoint": "any", "probability": 0.5, "turn": 2, "rollout_id": "s1-g0-r1"},
+        {"kind": "http_503", "endpoint": "any", "probability": 0.5, "turn": 2, "rollout_id": "s1-g1-r1"},
+        {"kind": "slow", "endpoint": "any", "probability": 1.0, "delay_s": 0.01},
+    ]
+
+
+def test_server_settings_script_every_step_and_carry_mode_drift_rewards_and_masks():
+    s = _s(steps=2, drift="merge", routes=False, mode="policy", rewards={"pattern": [1, 0.5]}, mask_sample=[1, 1],
+           trainer={"policy": {"precision": "float32", "logprob_dtype": "float32"}})
+    m = model_server_settings(s)
+    assert sorted(m["script"]) == ["s0-g0-r0", "s0-g0-r1", "s1-g0-r0", "s1-g0-r1"]
+    assert (m["mode"], m["drift"], m["return_routed_experts"], m["policy"]) == ("policy", "merge", False, {"dtype": "float32"})
+    assert m["script"]["s0-g0-r0"][-1]["text"] == "Settings is open."
+    assert reward_server_settings(s) == {"rule": {"kind": "pattern", "pattern": [1.0, 0.5]}, "mask_sample_indices": [1]}
+    build = build_scenario(s)
+    assert len(build.specs) == 2 and build.trainer_config.grpo.num_generations_per_prompt == 2
+    from mock_servers.model_server import ServerSettings
+    from mock_servers.reward_server import RewardSettings
+
+    ServerSettings.model_validate(m)
+    RewardSettings.model_validate(reward_server_settings(s))
+
+
+def _fake(rid: str, result=None):
+    return {"rollout_id": rid, "result": result}
+
+
+def test_step_results_keep_completed_rollouts_in_slot_order():
+    s = _s(group_size=3)
+    out = step_results(s, 0, [_fake("s0-g0-r2", {"n": 2}), _fake("s0-g0-r0", {"n": 0}), _fake("s0-g0-r1", None)])
+    assert out == [{"n": 0}, {"n": 2}]
+    with pytest.raises(ConfigError, match="not part of step 0"):
+        step_results(s, 0, [_fake("s1-g0-r0", {})])
+
+
+@pytest.fixture(scope="module")
+def collected():
+    s = _s(compaction="recency-images-k1", script={"generate": {"turns": 4}})
+    return s, collect_step(s)
+
+
+def test_step_results_apply_the_mutation_to_its_target_only(collected):
+    s, col = collected
+    mutated = s.model_validate({**s.to_data(), "mutation": {"name": "ghost_media", "index": 1}})
+    a, b = step_results(mutated, 0, col)
+    assert a == col[0].result
+    assert b["response"]["model_call_metadata"][-1]["media_ids"][-1] == "ghost"
+    assert "ghost" not in col[1].result["response"]["model_call_metadata"][-1]["media_ids"]  # input untouched
+
+
+@pytest.mark.parametrize(
+    ("kind", "check"),
+    [
+        ("duplicate_rollout", lambda out, col: out == [col[0].result, col[1].result, col[1].result]),
+        ("drop_rollout", lambda out, col: out == [col[0].result]),
+        ("zero_call_capture", lambda out, col: out[1]["response"]["model_call_metadata"] == []
+         and all(it.get("generation_token_ids") is None for it in out[1]["response"]["output"])),
+        ("bump_policy_version", lambda out, col: {it["policy_version"] for it in out[1]["response"]["output"]
+                                                  if "generation_token_ids" in it} == {1}),
+    ],
+)
+def test_step_results_apply_each_batch_corruption(collected, kind, check):
+    s, col = collected
+    corrupted = s.model_validate({**s.to_data(), "corruption": {"kind": kind, "index": 1}})
+    assert check(step_results(corrupted, 0, col), col)
+
+
+def test_a_target_that_did_not_complete_or_cannot_be_mutated_is_reported(collected):
+    s, col = collected
+    failed = [col[0], _fake("s0-g0-r1", None)]
+    mutated = s.model_validate({**s.to_data(), "mutation": {"name": "ghost_media", "index": 1}})
+    with pytest.raises(ConfigError, match="mutation target 's0-g0-r1' of scenario 'b' did not complete"):
+        step_results(mutated, 0, failed)
+    flat = _s(mutation={"name": "spoof_append_declaration", "index": 0})
+    with pytest.raises(MutationNotApplicable):
+        step_results(flat, 0, collect_step(flat))
+
+
+def test_zero_call_capture_and_version_bump_leave_their_input_alone(collected):
+    _, col = collected
+    result = col[0].result
+    empty = zero_call_capture(result)
+    assert empty["response"]["media_assets"] == {} and empty["response"]["boundary_events"] == []
+    assert result["response"]["model_call_metadata"]
+    assert bump_policy_version(result) != result
+    with pytest.raises(MutationNotApplicable):
+        bump_policy_version(empty)
+
+
+def test_specs_are_a_pure_function_of_the_scenario():
+    s = _s(groups=2, compaction="summary")
+    assert step_specs(s, 0) == step_specs(s, 0)
+    assert [sp.seed for sp in step_specs(s, 0)] != [sp.seed for sp in step_specs(s.with_seed(1), 0)]
