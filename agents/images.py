@@ -50,7 +50,8 @@ def _draw_screen(draw: ImageDraw.ImageDraw, recipe: ImageRecipe, seed: int) -> N
     draw.rectangle((0, 0, w - 1, max(1, h // 8)), fill=_colour(gen, 128, 256))  # title bar
     for _ in range(int(gen.integers(1, 4))):  # windows
         x0, y0 = int(gen.integers(0, w // 2)), int(gen.integers(h // 8 + 1, h // 2 + 1))
-        x1, y1 = int(gen.integers(x0 + 2, w)), int(gen.integers(y0 + 2, h))
+        x1 = int(gen.integers(x0 + 2, w))
+        y1 = int(gen.integers(y0 + 2, h)) if y0 + 2 < h else h - 1  # tiny screens: clamp to the edge
         draw.rectangle((x0, y0, x1, y1), fill=_colour(gen, 64, 256), outline=_colour(gen))
 
 

@@ -129,6 +129,8 @@ def fault_specs(scenario: Scenario) -> list[dict[str, Any]]:
             base["turn"] = f.turn
         if f.delay_s is not None:
             base["delay_s"] = f.delay_s
+        if f.attempts is not None:
+            base["attempts"] = list(f.attempts)
         if f.step is None and f.group is None and f.index is None:
             out.append(base)
             continue

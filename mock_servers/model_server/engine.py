@@ -50,6 +50,8 @@ class CallKey:
     rollout_id: str
     turn: int
     from_metadata: bool
+    #: 1-based attempt number; a retrying client sends ``compactsim_attempt`` (absent on the first try)
+    attempt: int = 1
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -81,7 +83,12 @@ def call_key(metadata: Any, request_digest: str) -> CallKey:
         turn = int(turn)
     if isinstance(turn, bool) or not isinstance(turn, int) or turn < 1:
         raise RequestRejected(422, f"metadata.compactsim_turn: expected an int >= 1 (or its decimal string), found {turn!r}")
-    return CallKey(rollout_id=rid, turn=turn, from_metadata=True)
+    attempt = md.get("compactsim_attempt", 1)
+    if isinstance(attempt, str) and attempt.isdigit():
+        attempt = int(attempt)
+    if isinstance(attempt, bool) or not isinstance(attempt, int) or attempt < 1:
+        raise RequestRejected(422, f"metadata.compactsim_attempt: expected an int >= 1 (or its decimal string), found {attempt!r}")
+    return CallKey(rollout_id=rid, turn=turn, from_metadata=True, attempt=attempt)
 
 
 def default_step(settings: ServerSettings, request_digest: str) -> ScriptStep:

@@ -53,6 +53,8 @@ def select_faults(settings: ServerSettings, *, request_digest: str, endpoint: st
             continue
         if f.turn is not None and (not key.from_metadata or f.turn != key.turn):
             continue
+        if f.attempts is not None and key.attempt not in f.attempts:
+            continue
         if f.probability < 1.0 and uniform01(settings.seed, "fault", kind=f.kind, index=index, request=request_digest) >= f.probability:
             continue
         if f.kind == "slow":

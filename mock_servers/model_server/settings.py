@@ -101,6 +101,9 @@ class FaultSpec(_Strict):
     kind: FaultKind
     rollout_id: str | None = None
     turn: int | None = Field(default=None, ge=1)
+    #: fire only on these 1-based attempts of a call (a transient fault that a retry recovers from
+    #: whatever the seed: `attempts=(1,)`); None = every attempt
+    attempts: tuple[int, ...] | None = Field(default=None, min_length=1)
     endpoint: Literal["any", "chat", "responses"] = "any"
     probability: float = Field(default=1.0, ge=0.0, le=1.0)
     delay_s: float | None = Field(default=None, ge=0.0, le=3600.0)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import pytest
 
 from scenarios.catalogue import default_catalogue
+from scenarios.execute import collect_step
 from tests.unit.scenarios.scenario_helpers import expected_plan_json, plan_json, row_differences, run_step
 
 pytestmark = pytest.mark.filterwarnings("ignore:Using `httpx` with `starlette.testclient`")
@@ -82,10 +83,17 @@ def test_catalogue_has_every_required_situation():
 
 
 def test_transient_fault_scenarios_really_retry():
-    for name in ("fault-transient-503", "fault-truncated-json"):
+    for name, expected in (("fault-transient-503", 3), ("fault-truncated-json", 2)):
         outcome = _run(name)
         attempts = [len(call["attempts"]) for c in outcome.collected for call in c.ground_truth["calls"]]
-        assert max(attempts) > 1, name
+        assert max(attempts) == expected, name
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3, 11])
+def test_transient_fault_scenarios_recover_whatever_the_seed(seed):
+    scenario = CATALOGUE.get("fault-transient-503").with_seed(seed)
+    collected = collect_step(scenario, 0)
+    assert [c.status for c in collected] == ["completed"] * len(collected)
 
 
 @pytest.mark.parametrize("name", ["image-compaction-k2-rolling", "summary-twice", "policy-no-compaction",

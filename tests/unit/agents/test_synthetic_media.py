@@ -82,3 +82,10 @@ def test_data_url_round_trips_the_png_bytes():
     url = png_data_url(png)
     assert url.startswith("data:image/png;base64,")
     assert base64.b64decode(url.split(",", 1)[1]) == png
+
+
+@pytest.mark.parametrize(("width", "height"), [(4, 4), (4, 5), (5, 4), (6, 6)])
+def test_smallest_allowed_screens_render_for_many_keys(width, height):
+    for key in range(40):
+        png = render_png(ImageRecipe(kind="screen", key=f"k{key}", width=width, height=height), seed=3)
+        assert png.startswith(b"\x89PNG")

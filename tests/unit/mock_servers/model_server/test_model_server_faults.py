@@ -108,6 +108,19 @@ def test_fault_selectors_match_rollout_turn_and_endpoint():
     assert [r.status_code for r in (hit, other_turn, other_endpoint, no_metadata)] == [503, 200, 200, 200]
 
 
+def test_fault_attempt_selector_fires_only_on_the_listed_attempts():
+    settings = _settings(FaultSpec(kind="http_503", rollout_id="r1", turn=1, attempts=(1, 2)))
+    with client_for(settings) as c:
+        statuses = [
+            c.post("/v1/responses", json={"input": "x", "metadata": {**meta("r1", 1), **extra}}).status_code
+            for extra in ({}, {"compactsim_attempt": "2"}, {"compactsim_attempt": "3"})
+        ]
+        bad = c.post("/v1/responses", json={"input": "x", "metadata": {**meta("r1", 1), "compactsim_attempt": "zero"}})
+    assert statuses == [503, 503, 200]
+    assert bad.status_code == 422
+    assert "metadata.compactsim_attempt: expected an int >= 1" in bad.text
+
+
 def test_fault_probability_is_decided_by_the_request_digest():
     settings = _settings(FaultSpec(kind="http_500", probability=0.5))
     statuses = []
