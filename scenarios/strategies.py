@@ -205,8 +205,7 @@ def scenarios(
         flavour = draw(st.sampled_from(flavours))
         legacy = flavour == "none"
         fams = ("identity",) if legacy else families
-        # a legacy result names no media, so legacy scripts stay text-only
-        script = draw(turns(min_turns=min_turns, max_turns=max_turns, max_images_per_observation=0 if legacy else 2))
+        script = draw(turns(min_turns=min_turns, max_turns=max_turns, max_images_per_observation=2))
         data: dict[str, Any] = {
             "seed": draw(st.integers(0, 2**31)),
             "groups": groups,

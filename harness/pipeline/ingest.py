@@ -11,7 +11,7 @@ from __future__ import annotations
 import base64
 import binascii
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -27,7 +27,7 @@ from harness.core.contract import (
     RunResult,
     TokenFields,
 )
-from harness.core.digests import generation_evidence_digest
+from harness.core.digests import canonical_digest, generation_evidence_digest
 from harness.core.errors import ContractError
 from harness.core.evidence import BoundaryEvent, MediaAsset, ModelCall, RolloutEvidence
 from harness.core.trace_plan import Violation
@@ -37,6 +37,8 @@ _ROUTES_MAGIC = "nrlre1"
 _ROUTES_DTYPES = {"int8": np.int8, "int16": np.int16, "int32": np.int32}
 #: OSWorld's exact_trace emitter adds these keys to its contract.
 _OSWORLD_CONTRACT_KEYS = ("identity_source", "trajectory_contract_id")
+#: Content-part types Gym registers as images (gym-contract §2.4).
+_IMAGE_PART_TYPES = ("input_image", "image", "image_url")
 UNKNOWN_ROLLOUT = "<unknown>"
 
 
@@ -81,6 +83,9 @@ def ingest_result(obj: object) -> Ingested:
     elif contract is not None:
         records = list(response.model_call_metadata or [])
     calls = _build_calls(token_items, records, rollout_id, flavour, violations)
+    media_assets = _declared_assets(response)
+    if contract is None:
+        calls, media_assets = _bin_legacy_media(calls, envelope, raw_response)
 
     reward = None
     mask_sample = False
@@ -106,15 +111,7 @@ def ingest_result(obj: object) -> Ingested:
             )
             for e in response.boundary_events
         ),
-        media_assets={
-            key: MediaAsset(
-                media_id=a.media_id,
-                content_digest=a.content_digest,
-                source_part=dict(a.source_part),
-                original_dimensions=tuple(a.original_dimensions) if a.original_dimensions else None,  # type: ignore[arg-type]
-            )
-            for key, a in sorted(response.media_assets.items())
-        },
+        media_assets=media_assets,
         reward=reward,
         mask_sample=mask_sample,
         contract_key=contract_key,
@@ -247,6 +244,62 @@ def _require(raw: Mapping[str, Any], field: str, rollout_id: str, why: str) -> N
         raise ContractError(
             "malformed_payload", rollout_id=rollout_id, detail=f"{field}: required by {why} but missing or not a list"
         )
+
+
+# ---------------------------------------------------------------------------------------------
+# media
+
+
+def _declared_assets(response: GymResponse) -> dict[str, MediaAsset]:
+    return {
+        key: MediaAsset(
+            media_id=a.media_id,
+            content_digest=a.content_digest,
+            source_part=dict(a.source_part),
+            original_dimensions=tuple(a.original_dimensions) if a.original_dimensions else None,  # type: ignore[arg-type]
+        )
+        for key, a in sorted(response.media_assets.items())
+    }
+
+
+def _image_parts(item: object) -> list[dict[str, Any]]:
+    if not isinstance(item, Mapping) or item.get("role") == "assistant":
+        return []
+    content = item.get("content")
+    if not isinstance(content, list):
+        return []
+    return [dict(p) for p in content if isinstance(p, Mapping) and p.get("type") in _IMAGE_PART_TYPES]
+
+
+def _bin_legacy_media(
+    calls: list[ModelCall], envelope: Mapping[str, Any] | None, raw: Mapping[str, Any]
+) -> tuple[list[ModelCall], dict[str, MediaAsset]]:
+    """Without a contract, images live in the items themselves (NeMo-RL's per-turn binning).
+
+    Every image part of a non-assistant item — the request input first, then the output items
+    in order — belongs to the prompt of the next token-bearing item and of every later one (the
+    legacy path is one growing sequence). Ids follow Gym's formula on the part itself.
+    """
+    params = envelope.get("responses_create_params") if envelope is not None else None
+    first = params.get("input") if isinstance(params, Mapping) else None
+    items: list[object] = list(first) if isinstance(first, list) else []
+    items += list(raw["output"])
+    seen: list[str] = []
+    assets: dict[str, MediaAsset] = {}
+    per_call: list[tuple[str, ...]] = []
+    for item in items:
+        if isinstance(item, Mapping) and all(item.get(f) is not None for f in TOKEN_FIELDS):
+            per_call.append(tuple(seen))
+            continue
+        for part in _image_parts(item):
+            digest = canonical_digest(part)
+            media_id = "media-" + digest[:24]
+            assets.setdefault(media_id, MediaAsset(media_id=media_id, content_digest=digest, source_part=part))
+            seen.append(media_id)
+    if not assets:
+        return calls, {}
+    binned = [replace(call, media_ids=per_call[i]) if i < len(per_call) else call for i, call in enumerate(calls)]
+    return binned, dict(sorted(assets.items()))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ import copy
 import numpy as np
 import pytest
 
+from harness.core.digests import canonical_digest
 from harness.core.errors import ContractError
 from harness.pipeline.planner import DIAGNOSTIC_WINDOW, plan_rollout
 from scenarios.mutations import MUTATIONS, MutationNotApplicable
@@ -571,3 +572,20 @@ def test_each_mutation_applies_to_the_reference_example(example_transport):
         with pytest.raises(ContractError) as info:
             plan_rollout(bad)
         assert info.value.code == mutation.code, mutation.name
+
+
+def test_legacy_images_are_binned_per_turn_from_input_and_observations():
+    image = {"type": "input_image", "image_url": "data:image/png;base64,AAAA", "detail": "auto"}
+    other = {**image, "detail": "high"}
+    resp = build_response([Call([1], [2]), Call([1, 2, 3], [4]), Call([1, 2, 3, 4, 5], [6])], flavour="none")
+    token_items = [i for i in resp["output"] if "generation_token_ids" in i]
+    obs1 = {"type": "message", "role": "user", "content": [other, {"type": "input_text", "text": "s1"}]}
+    obs2 = {"type": "message", "role": "user", "content": [image]}
+    resp["output"] = [token_items[0], obs1, token_items[1], obs2, token_items[2]]
+    result = {"responses_create_params": {"input": [{"type": "message", "role": "user", "content": [image]}]},
+              "response": resp, "reward": 1.0}
+    plan = plan_rollout(result)
+    a, b = "media-" + canonical_digest(image)[:24], "media-" + canonical_digest(other)[:24]
+    assert [c.media_ids for c in plan.evidence.calls] == [(a,), (a, b), (a, b, a)]
+    assert plan.traces[0].media_ids == (a, b, a)
+    assert plan.evidence.media_assets[b].source_part == other
