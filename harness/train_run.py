@@ -24,12 +24,10 @@ Output directory::
     train_summary.json       steps, versions, optimizer/scheduler counts, worst token_mult_prob_error
     wandb/                   only with wandb=True (offline mode)
 
-Reference runs (`REFERENCE_RUNS`) are plain data here: `pr-validation-no-compaction` and
+Reference runs (`REFERENCE_RUNS`) are catalogue scenarios: `pr-validation-no-compaction` and
 `pr-validation-image-compaction-k2`, 20 optimizer steps each, multimodal (synthetic screenshots
 after every tool call), two prompt groups of two rollouts per step, rewards 1 and 0 in every
-group. Hand-off to the scenario catalogue (issue 6): a catalogue entry that trains supplies a
-`RunRecipe` (or data that validates into one); `resolve_recipe` is the single lookup, so the
-catalogue plugs in by extending it, and these two entries can move into the catalogue unchanged.
+group. `resolve_recipe` turns any plain training scenario of the catalogue into a `RunRecipe`.
 """
 
 from __future__ import annotations
@@ -85,26 +83,22 @@ class RunRecipe(BaseModel):
     trainer: dict[str, Any] = Field(default_factory=dict)
 
 
-#: The feature's own validation runs, reproduced on CPU (issue 7).
-REFERENCE_RUNS: dict[str, RunRecipe] = {
-    "pr-validation-no-compaction": RunRecipe(
-        description="20 GRPO steps, 2 groups x 2 rollouts, 4 calls each with screenshots; no compaction "
-        "(one row per rollout)",
-        compaction="identity",
-    ),
-    "pr-validation-image-compaction-k2": RunRecipe(
-        description="20 GRPO steps, 2 groups x 2 rollouts, 4 calls each with screenshots; image recency K=2 "
-        "compacts once per rollout (two rows per rollout)",
-        compaction="recency-images-k2",
-    ),
-}
+#: The feature's own validation runs, reproduced on CPU (issue 7); their recipes live in the catalogue.
+REFERENCE_RUNS: tuple[str, ...] = ("pr-validation-no-compaction", "pr-validation-image-compaction-k2")
 
 
 def resolve_recipe(name: str) -> RunRecipe:
-    """The recipe of a named run; `ConfigError("invalid_argument")` listing the known names otherwise."""
-    if name in REFERENCE_RUNS:
-        return REFERENCE_RUNS[name]
-    raise ConfigError("invalid_argument", f"unknown training scenario {name!r}; known: {sorted(REFERENCE_RUNS)}")
+    """The training recipe of a catalogue scenario; `ConfigError` when it is unknown or not trainable."""
+    from scenarios.catalogue import default_catalogue
+
+    catalogue = default_catalogue()
+    if name not in catalogue.names:
+        raise ConfigError(
+            "invalid_argument",
+            f"unknown training scenario {name!r}; reference runs: {list(REFERENCE_RUNS)} "
+            "(`compactsim scenarios list` shows the catalogue)",
+        )
+    return RunRecipe.model_validate(catalogue.get(name).training_recipe())
 
 
 class TrainRunConfig(BaseModel):

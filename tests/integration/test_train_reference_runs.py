@@ -10,7 +10,7 @@ import pytest
 
 from harness.core import metrics as M
 from harness.core.artifacts import decode_step_artifact
-from harness.train_run import REFERENCE_RUNS, load_run_config, run_training
+from harness.train_run import load_run_config, resolve_recipe, run_training
 
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore:Using `httpx` with `starlette.testclient`")]
 
@@ -31,7 +31,7 @@ def _steps(out: Path) -> list[tuple[dict[str, Any], Any]]:
 @pytest.mark.parametrize(("scenario", "rows", "split"), RUNS)
 def test_reference_run_keeps_token_mult_prob_error_within_1e9_at_every_step_in_float64(tmp_path, scenario, rows, split):
     summary = run_training(load_run_config(scenario, seed=0, save_rollouts=False), tmp_path)
-    assert REFERENCE_RUNS[scenario].steps == summary.steps == 20
+    assert resolve_recipe(scenario).steps == summary.steps == 20
     assert (summary.optimizer_steps, summary.scheduler_steps, summary.final_policy_version) == (20, 20, 20)
     steps = _steps(tmp_path)
     assert len(steps) == 20

@@ -149,11 +149,21 @@ def test_bfloat16_training_pushes_its_rounded_weights_before_the_first_rollout()
     assert summary.max_token_mult_prob_error_dev <= summary.tolerance
 
 
-def test_unknown_training_scenario_lists_the_known_ones():
+def test_unknown_training_scenario_lists_the_reference_runs():
     with pytest.raises(ConfigError) as err:
         load_run_config("no-such-run")
     assert err.value.code == "invalid_argument"
-    assert "unknown training scenario 'no-such-run'; known: ['pr-validation-image-compaction-k2', " in err.value.detail
+    assert (
+        "unknown training scenario 'no-such-run'; reference runs: "
+        "['pr-validation-no-compaction', 'pr-validation-image-compaction-k2']" in err.value.detail
+    )
+
+
+def test_adversarial_scenario_is_not_a_training_recipe():
+    with pytest.raises(ConfigError) as err:
+        load_run_config("mutation-ghost-media")
+    assert err.value.code == "invalid_argument"
+    assert "scenario 'mutation-ghost-media' is not a plain training recipe" in err.value.detail
 
 
 def test_invalid_run_settings_are_reported_by_name():
