@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-PYTEST_FLAGS ?= -q -p no:randomly
+PYTEST_FLAGS ?= -q
 
 .PHONY: run test test-fast bench clean
 
@@ -13,8 +13,8 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q -e '.[test]'
 	touch $(STAMP)
 
-run: $(STAMP)  ## plan the bundled example payloads (the scenario suite replaces this)
-	$(BIN)/compactsim plan examples/gym-*.json
+run: $(STAMP)  ## the default suite: every catalogue scenario, audited; writes compactsim-run/{summary.json,report.html}
+	$(BIN)/compactsim run
 
 test: $(STAMP)  ## the full test suite (what CI runs)
 	$(BIN)/python -m pytest $(PYTEST_FLAGS)

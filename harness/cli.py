@@ -30,6 +30,11 @@ _COMMANDS: tuple[str, ...] = (
     "harness.commands.rollout",
     "harness.commands.gym_check",
     "harness.commands.train",
+    "harness.commands.run",
+    "harness.commands.scenarios",
+    "harness.commands.export",
+    "harness.commands.schema",
+    "harness.commands.verify",
 )
 
 

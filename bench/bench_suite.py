@@ -1,0 +1,85 @@
+"""Benchmark the default suite: wall time, peak memory and the share of each stage; plus servers http/in-process.
+
+    .venv/bin/python bench/bench_suite.py                 # the whole default suite once (target: < 5 min)
+    .venv/bin/python bench/bench_suite.py --quick         # a few small scenarios (under a minute)
+    .venv/bin/python bench/bench_suite.py --ratio-runs 5  # more interleaved runs for the server ratio
+
+Part 1 runs the selected scenarios once, in this process (the `compactsim run` path, minus file
+writing) and prints total wall seconds, peak resident memory, and the share of wall time spent in
+each runner stage (collect = agents + mock servers, plan, materialize, train, weights, oracle,
+audit, write = artifact encoding). Part 2 measures, after a burn-in, the same small scenarios
+with the mock servers on real loopback ports (http) against in-process ASGI, interleaved, and
+prints the median ratio with the counts behind it. No test asserts these numbers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import statistics
+import sys
+import time
+import warnings
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+warnings.filterwarnings("ignore", category=DeprecationWarning)
+
+QUICK = ("explicit-logprobs", "image-compaction-k2-rolling", "summary-compaction", "legacy-token-merge-drift")
+
+
+def _suite(names: tuple[str, ...]) -> None:
+    from harness.runner import STAGES, RunOptions, resolve_scenarios, run_suite
+
+    scenarios = resolve_scenarios(list(names))
+    t0 = time.perf_counter()
+    runs = run_suite(scenarios, RunOptions())
+    wall = time.perf_counter() - t0
+    peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+    stages = {k: sum(r.record.stage_seconds.get(k, 0.0) for r in runs) for k in STAGES}
+    passed = sum(1 for r in runs if r.record.passed)
+    print(f"suite: {len(runs)} scenarios ({passed} met their verdict) in {wall:.1f} s wall, peak RSS {peak_mib:.0f} MiB, "
+          f"target < 300 s: {'met' if wall < 300 else 'MISSED'}")
+    for k in STAGES:
+        print(f"  stage {k:<12} {stages[k]:7.2f} s  {100.0 * stages[k] / wall:5.1f}%")
+    other = wall - sum(stages.values())
+    print(f"  {'other':<18} {other:7.2f} s  {100.0 * other / wall:5.1f}%  (servers start/stop, trainer init)")
+    slowest = sorted(runs, key=lambda r: -r.record.seconds)[:5]
+    print("  slowest: " + ", ".join(f"{r.record.name} {r.record.seconds:.1f}s" for r in slowest))
+
+
+def _ratio(names: tuple[str, ...], runs: int) -> None:
+    from harness.runner import RunOptions, resolve_scenarios, run_suite
+
+    scenarios = resolve_scenarios(list(names))
+    asgi, http = RunOptions(), RunOptions(server="http")
+    run_suite(scenarios, asgi)  # burn-in: imports, first server start
+    run_suite(scenarios, http)
+    base: list[float] = []
+    cand: list[float] = []
+    for _ in range(runs):
+        for opts, sink in ((asgi, base), (http, cand)):
+            t0 = time.perf_counter()
+            run_suite(scenarios, opts)
+            sink.append(time.perf_counter() - t0)
+    ratios = [c / b for b, c in zip(base, cand)]
+    print(f"servers http/in-process: median {statistics.median(ratios):.2f}x (n={runs}, {len(scenarios)} scenarios; "
+          f"in-process median {statistics.median(base):.2f} s, http median {statistics.median(cand):.2f} s)")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="only a few small scenarios")
+    parser.add_argument("--ratio-runs", type=int, default=3, help="interleaved runs per side for the server ratio")
+    parser.add_argument("--no-ratio", action="store_true", help="skip the http/in-process comparison")
+    args = parser.parse_args()
+    import torch
+
+    torch.set_num_threads(1)
+    _suite(QUICK if args.quick else ())
+    if not args.no_ratio:
+        _ratio(QUICK, args.ratio_runs)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,171 @@
+"""One audit finding: what differs, where (scenario, step, row, token), and how to reproduce it.
+
+Every check of the audit reports through `Finding`; its `check` is one of `CHECKS`, a closed
+vocabulary (each name has one meaning, listed with what usually causes it). Findings sort by
+(step, check order, row, position), so an audit's output never depends on row order.
+"""
+
+from __future__ import annotations
+
+import math
+import shlex
+from dataclasses import dataclass
+from typing import Any
+
+#: Every check name with what it means; the order is the order findings are reported in.
+CHECKS: dict[str, str] = {
+    "run.harness_error": "The harness itself failed (invalid scenario, server start, oracle): no verdict was reached.",
+    "verdict.unexpected_error": "The run raised an error although the scenario must succeed.",
+    "verdict.expected_error": "The scenario must be refused with an error code, but the run succeeded.",
+    "verdict.error_code": "The run was refused with a different error code than the scenario's.",
+    "verdict.error_location": "The right error code, raised for another rollout or turn.",
+    "steps.count": "The run trained a different number of optimizer steps than the scenario has.",
+    "rows.missing": "An expected physical trace has no row in the batch.",
+    "rows.unexpected": "The batch has a real row for a physical trace the oracle does not expect.",
+    "rows.duplicate": "Two rows of one batch claim the same physical trace id.",
+    "row.owner": "parent_indices or the row's logical id point at another logical rollout (row ownership).",
+    "row.trace_index": "The row's trace index inside its rollout differs.",
+    "row.length": "The row's unpadded length differs (a trace cut short or flattened across a boundary).",
+    "row.tokens": "A token id differs (wrong prompt, wrong trace end, retokenization).",
+    "row.mask": "The trainable-token mask differs (prompt trained, sampled ids dropped, boundary shifted).",
+    "row.logprobs": "A behaviour logprob differs or is misaligned with its token.",
+    "row.advantage": "A trainable token carries another advantage than its parent rollout's.",
+    "row.advantage_off_mask": "A non-trainable position carries a non-zero advantage.",
+    "row.sample_mask": "The row's sample mask differs (mask_sample rollouts must not train).",
+    "row.policy_version": "The row's generation policy version differs.",
+    "row.media": "The row's ordered image history (media ids) differs.",
+    "row.pixels": "The pixels behind the row's images differ (digest of RGB uint8 H×W×3).",
+    "row.sentinel": "A boundary position lacks the all -1 route sentinel (or has one where it must not).",
+    "row.route": "A replayed route differs from the route the generator recorded.",
+    "rollout.advantage": "A logical rollout's GRPO advantage differs.",
+    "padding.order": "A padding row sits before a real row.",
+    "padding.weight": "A padding row has a non-zero mask, advantage, sample mask or length.",
+    "padding.divisibility": "The row count is not divisible by dp_size × micro_batch_size.",
+    "padding.count": "More (or fewer) padding rows than needed to reach divisibility.",
+    "counts.optimizer": "Not exactly one optimizer step per logical batch.",
+    "counts.scheduler": "Not exactly one LR-scheduler increment per logical batch.",
+    "metric.missing": "The step did not report a metric the scenario checks.",
+    "metric.exact": "A metric the oracle computes exactly has another value.",
+    "metric.expectation": "A declared metric expectation does not hold.",
+}
+_ORDER = {name: i for i, name in enumerate(CHECKS)}
+
+
+def reproduce_command(
+    scenario: str,
+    seed: int,
+    *,
+    backend: str | None = None,
+    steps: int | None = None,
+) -> str:
+    """The one-line command that re-runs `scenario` exactly (default backend omitted)."""
+    parts = ["compactsim", "run", scenario, "--seed", str(seed)]
+    if steps is not None:
+        parts += ["--steps", str(steps)]
+    if backend:
+        parts += ["--backend", backend]
+    return shlex.join(parts)
+
+
+def json_value(value: Any) -> Any:
+    """`value` as strict JSON (tuples → lists, numpy scalars → numbers, non-finite floats → strings)."""
+    if hasattr(value, "tolist") and not isinstance(value, (str, bytes)):
+        value = value.tolist()
+    if isinstance(value, (list, tuple)):
+        return [json_value(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): json_value(v) for k, v in value.items()}
+    if isinstance(value, bool) or value is None or isinstance(value, (int, str)):
+        return value
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+        return value
+    return str(value)
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """One difference between what a step trained on and what the oracle expects."""
+
+    scenario: str
+    #: Optimizer step (0-based); None for run-level findings (verdict, step count, run expressions).
+    step: int | None
+    check: str
+    #: Physical trace id of the row (None when the finding is not about one row).
+    row: str | None
+    #: Token position inside the row (or image index for `row.media`/`row.pixels`), else None.
+    position: int | None
+    expected: Any
+    actual: Any
+    message: str
+    reproduce: str
+
+    def __post_init__(self) -> None:
+        if self.check not in CHECKS:
+            raise ValueError(f"unknown audit check {self.check!r}; expected one of CHECKS")
+
+    def sort_key(self) -> tuple[int, int, str, int]:
+        return (
+            -1 if self.step is None else self.step,
+            _ORDER[self.check],
+            self.row or "",
+            -1 if self.position is None else self.position,
+        )
+
+    def location(self) -> str:
+        """`scenario step 3 row <id> token 41` — the parts that apply."""
+        parts = [self.scenario]
+        if self.step is not None:
+            parts.append(f"step {self.step}")
+        if self.row is not None:
+            parts.append(f"row {self.row}")
+        if self.position is not None:
+            parts.append(f"{'image' if self.check in ('row.media', 'row.pixels') else 'token'} {self.position}")
+        return " ".join(parts)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "scenario": self.scenario,
+            "step": self.step,
+            "check": self.check,
+            "row": self.row,
+            "position": self.position,
+            "expected": json_value(self.expected),
+            "actual": json_value(self.actual),
+            "message": self.message,
+            "reproduce": self.reproduce,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Finding:
+        return cls(
+            scenario=data["scenario"],
+            step=data["step"],
+            check=data["check"],
+            row=data["row"],
+            position=data["position"],
+            expected=data["expected"],
+            actual=data["actual"],
+            message=data["message"],
+            reproduce=data["reproduce"],
+        )
+
+    def __str__(self) -> str:
+        return (
+            f"[{self.check}] {self.location()}: {self.message} (expected {_short(self.expected)}, "
+            f"actual {_short(self.actual)})\n  reproduce: {self.reproduce}"
+        )
+
+
+def _short(value: Any, limit: int = 120) -> str:
+    text = repr(json_value(value))
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def sort_findings(findings: list[Finding]) -> tuple[Finding, ...]:
+    """Findings in report order (independent of the order checks or rows were visited)."""
+    return tuple(sorted(findings, key=lambda f: (f.sort_key(), repr(json_value(f.expected)), repr(json_value(f.actual)))))
+
+
+__all__ = ["CHECKS", "Finding", "json_value", "reproduce_command", "sort_findings"]

@@ -1,0 +1,255 @@
+"""`compactsim run | list | show | replay | shrink`: run scenario suites and audit them, inspect, reproduce, minimise.
+
+    compactsim run                                  # the default suite: every catalogue scenario
+    compactsim run compaction --seed 7 --out runs/s7 --executor ray
+    compactsim run no-compaction --backend tests.quality.broadcast_first_advantage:Backend
+    compactsim list ; compactsim show image-compaction-k2-rolling    # = compactsim scenarios list / show
+    compactsim replay runs/s7/scenarios/image-compaction-k2-rolling
+    compactsim shrink my-scenario.yaml --backend mypkg:Backend --out shrunk/
+
+`run` exits 0 only when every scenario meets its expected verdict with no audit finding, 1 when
+any scenario fails, 2 on a usage error (unknown scenario, bad option).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from harness.commands.common import ExitCode, console, err_console, load_results, print_json, report_error
+from harness.core.errors import CompactsimError, ConfigError
+
+DEFAULT_OUT = Path("compactsim-run")
+
+
+def _use_cwd_imports() -> None:
+    """Let `--backend tests.quality.x:Backend` import from the current directory (as `python -m` would)."""
+    cwd = os.getcwd()
+    if cwd not in sys.path:
+        sys.path.insert(0, cwd)
+
+
+def format_results_table(records: list[Any]) -> Table:
+    """The final table: scenario, verdict, steps, rows, tokens, seconds, findings."""
+    table = Table(title="compactsim run", show_lines=False)
+    for col, justify in (("scenario", "left"), ("verdict", "left"), ("expected", "left"), ("steps", "right"),
+                         ("rows", "right"), ("tokens", "right"), ("seconds", "right"), ("findings", "right")):
+        table.add_column(col, justify=justify)  # type: ignore[arg-type]
+    for r in records:
+        verdict = "[green]pass[/green]" if r.passed else "[red bold]FAIL[/red bold]"
+        table.add_row(escape(r.name), verdict, escape(r.expected), str(r.steps), str(r.rows), str(r.tokens),
+                      f"{r.seconds:.2f}", str(len(r.findings)))
+    return table
+
+
+def format_failures(records: list[Any], *, per_scenario: int = 3) -> list[str]:
+    """For each failing scenario: its first findings and its reproduction command."""
+    lines: list[str] = []
+    for r in records:
+        if r.passed:
+            continue
+        lines.append(f"[red bold]FAIL[/red bold] {escape(r.name)}: expected {escape(r.expected)}, observed "
+                     f"{escape(r.observed)}, {len(r.findings)} finding(s)")
+        for f in r.findings[:per_scenario]:
+            lines.append("  " + escape(str(f).splitlines()[0]))
+        if len(r.findings) > per_scenario:
+            lines.append(f"  … {len(r.findings) - per_scenario} more in summary.json")
+        lines.append(f"  reproduce: {escape(r.reproduce)}")
+    return lines
+
+
+def run_command(
+    scenarios: Annotated[list[str] | None, typer.Argument(help="scenario names, tags or YAML files (default: all)")] = None,
+    seed: Annotated[int | None, typer.Option(help="seed for every scenario (default: each scenario's own)")] = None,
+    out: Annotated[Path, typer.Option(help="output directory: summary.json, report.html, per-scenario artifacts")] = DEFAULT_OUT,
+    executor: Annotated[str, typer.Option(help="local (in this process) or ray (one task per scenario)")] = "local",
+    ray_address: Annotated[str | None, typer.Option("--ray-address", help="an existing Ray cluster to fan scenarios out over")] = None,
+    parallel: Annotated[int, typer.Option(min=1, help="Ray: CPUs of the local Ray instance")] = 2,
+    device: Annotated[str, typer.Option(help="cpu, cuda or auto")] = "cpu",
+    backend: Annotated[str | None, typer.Option(help="backend under test as module:attr")] = None,
+    steps: Annotated[int | None, typer.Option(min=1, help="cap every scenario's optimizer steps (smoke budget)")] = None,
+    server: Annotated[str, typer.Option(help="inprocess (ASGI, no port) or http (uvicorn on 127.0.0.1)")] = "inprocess",
+    wandb: Annotated[bool, typer.Option("--wandb", help="log each scenario to Weights & Biases, offline, under OUT/wandb")] = False,
+    gym_check: Annotated[Path | None, typer.Option("--gym-check", help="a gym-check.json whose revision to record")] = None,
+    json_output: Annotated[bool, typer.Option("--json", help="print summary.json to stdout instead of the table")] = False,
+) -> None:
+    """Run scenarios through the backend, audit every step against the oracle, and write the report."""
+    from harness.report.summary import format_summary
+    from harness.runner import DEFAULT_BACKEND, RunOptions, gym_record, resolve_scenarios, run_suite, suite_record, \
+        write_outputs
+
+    _use_cwd_imports()
+    try:
+        if executor not in ("local", "ray"):
+            raise ConfigError("invalid_argument", f"--executor {executor}: expected local or ray")
+        if server not in ("inprocess", "http"):
+            raise ConfigError("invalid_argument", f"--server {server}: expected inprocess or http")
+        if device not in ("cpu", "cuda", "auto"):
+            raise ConfigError("invalid_argument", f"--device {device}: expected cpu, cuda or auto")
+        if backend:
+            from harness.pipeline.backend import load_backend
+
+            load_backend(backend)  # fail fast, before any scenario runs
+        selected = resolve_scenarios(scenarios or [])
+        if not selected:
+            raise ConfigError("invalid_argument", f"no scenario matches {scenarios}")
+    except CompactsimError as exc:
+        raise typer.Exit(report_error(exc, as_json=json_output)) from None
+    options = RunOptions(seed=seed, backend=backend or DEFAULT_BACKEND, device=device, max_steps=steps,  # type: ignore[arg-type]
+                         server=server, wandb=wandb, wandb_dir=str(out / "wandb"))  # type: ignore[arg-type]
+    started = time.perf_counter()
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=err_console, transient=True, disable=json_output) as progress:
+        overall = progress.add_task("scenarios", total=len(selected))
+        tasks: dict[str, Any] = {}
+
+        def on_event(ev: Any) -> None:
+            if ev.scenario not in tasks:
+                tasks[ev.scenario] = progress.add_task(f"  {ev.scenario}", total=max(ev.total_steps, 1))
+            progress.update(tasks[ev.scenario], completed=ev.step)
+            if ev.done:
+                progress.remove_task(tasks.pop(ev.scenario))
+                progress.advance(overall)
+
+        runs = run_suite(selected, options, executor=executor, ray_address=ray_address, parallel=parallel,  # type: ignore[arg-type]
+                         on_event=on_event)
+    total = time.perf_counter() - started
+    suite = suite_record(runs, options, [s.name for s in selected], gym=gym_record(runs, gym_check))
+    paths = write_outputs(out, runs, suite, total_seconds=total, executor=executor)
+    records = [r.record for r in runs]
+    if json_output:
+        print_json(format_summary(suite))
+    else:
+        console.print(format_results_table(records))
+        for line in format_failures(records):
+            console.print(line)
+        passed = sum(1 for r in records if r.passed)
+        colour = "green" if passed == len(records) else "red"
+        console.print(f"[{colour}]{passed}/{len(records)} scenarios met their expected verdict[/{colour}] in "
+                      f"{total:.1f}s · summary {paths['summary']} · report {paths['report']}")
+    raise typer.Exit(ExitCode.OK if suite.passed else ExitCode.FINDINGS)
+
+
+def replay_command(
+    target: Annotated[Path, typer.Argument(help="a scenario run directory, a run output directory, or a Gym payload file")],
+    backend: Annotated[str | None, typer.Option(help="payload files: backend as module:attr")] = None,
+    group_size: Annotated[int | None, typer.Option(min=1, help="payload files: rollouts per group (default: inferred)")] = None,
+    json_output: Annotated[bool, typer.Option("--json", help="print the result as JSON")] = False,
+) -> None:
+    """Re-run a saved failure (same findings?) or push a captured payload through plan → materialize → audit."""
+    from harness.replay import diagnose_payload, replay_directory, replay_targets
+    from harness.runner import DEFAULT_BACKEND
+
+    _use_cwd_imports()
+    try:
+        if target.is_dir():
+            dirs = replay_targets(target)
+            if not dirs:
+                raise ConfigError("invalid_argument", f"{target}: no run.json here and no failed scenario in a summary.json")
+            results = [replay_directory(d) for d in dirs]
+        else:
+            payload = load_results(target)
+            diag = diagnose_payload(payload, backend_spec=backend or DEFAULT_BACKEND, group_size=group_size)
+    except CompactsimError as exc:
+        raise typer.Exit(report_error(exc, as_json=json_output)) from None
+    if target.is_dir():
+        failed = any(not r.run.record.passed for r in results)
+        if json_output:
+            print_json([{"directory": str(r.directory), "same_findings": r.same_findings,
+                         "findings": [f.to_json() for f in r.run.record.findings]} for r in results])
+        else:
+            for r in results:
+                rec = r.run.record
+                same = "[green]same findings as saved[/green]" if r.same_findings else "[yellow]findings differ from saved[/yellow]"
+                console.print(f"{escape(rec.name)}: {'pass' if rec.passed else 'FAIL'}, {len(rec.findings)} finding(s); {same}")
+                for f in rec.findings:
+                    console.print("  " + escape(str(f)))
+        raise typer.Exit(ExitCode.FINDINGS if failed else ExitCode.OK)
+    if json_output:
+        print_json({"ok": diag.ok, "rollouts": [{"index": d.index, "rollout_id": d.rollout_id, "traces": list(d.traces),
+                                                 "error": d.error} for d in diag.rollouts],
+                    "batch_error": diag.batch_error, "rows": list(diag.rows), "findings": [f.to_json() for f in diag.findings]})
+    else:
+        for d in diag.rollouts:
+            if d.error is not None:
+                e = d.error
+                console.print(f"[red]rollout {d.index} ({escape(str(d.rollout_id))}): {escape(str(e['code']))}[/red] "
+                              f"turn {e['turn_id']}: {escape(str(e['detail']))}")
+            else:
+                traces = "; ".join(f"{t['trace_id']} turns {t['turn_ids']} ({t['start_reason']})" for t in d.traces)
+                console.print(f"rollout {d.index} ({escape(str(d.rollout_id))}): {len(d.traces)} trace(s): {escape(traces)}")
+        if diag.batch_error is not None:
+            console.print(f"[red]batch: {escape(str(diag.batch_error['code']))}: {escape(str(diag.batch_error['detail']))}[/red]")
+        if diag.rows:
+            table = Table(title=f"{len(diag.rows)} rows")
+            for col in ("row", "parent", "physical trace", "length", "trained", "media", "sentinels"):
+                table.add_column(col, overflow="fold")
+            for row in diag.rows:
+                table.add_row(str(row["row"]), str(row["parent"]), escape(str(row["physical_trace_id"] or "(padding)")),
+                              str(row["length"]), str(row["trained_tokens"]), str(len(row["media"])),
+                              ",".join(map(str, row["sentinels"])) or "-")
+            console.print(table)
+        for f in diag.findings:
+            console.print("[red]" + escape(str(f)) + "[/red]")
+    raise typer.Exit(ExitCode.OK if diag.ok else ExitCode.ERROR)
+
+
+def shrink_command(
+    scenario: Annotated[str, typer.Argument(help="a failing scenario: catalogue name or YAML file")],
+    seed: Annotated[int | None, typer.Option(help="seed (default: the scenario's own)")] = None,
+    backend: Annotated[str | None, typer.Option(help="backend under test as module:attr")] = None,
+    out: Annotated[Path, typer.Option(help="directory for the new catalogue entry file")] = Path("shrunk"),
+    name: Annotated[str | None, typer.Option(help="name of the new scenario (default: <name>-shrunk)")] = None,
+    max_examples: Annotated[int, typer.Option(min=1, help="Hypothesis examples to try")] = 60,
+    json_output: Annotated[bool, typer.Option("--json", help="print the result as JSON")] = False,
+) -> None:
+    """Shrink a failing scenario to the fewest model calls that still fail, and write it as a catalogue entry."""
+    from harness.runner import DEFAULT_BACKEND, RunOptions, resolve_scenarios
+    from harness.shrink import shrink, shrunk_entry
+    from scenarios.catalogue import dump_scenario
+
+    _use_cwd_imports()
+    try:
+        original = resolve_scenarios([scenario])[0]
+        if seed is not None:
+            original = original.with_seed(seed)
+        result = shrink(original, RunOptions(backend=backend or DEFAULT_BACKEND), max_examples=max_examples)
+        entry = shrunk_entry(result, name=name)
+    except CompactsimError as exc:
+        raise typer.Exit(report_error(exc, as_json=json_output)) from None
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"{entry.name}.yaml"
+    path.write_text(dump_scenario(entry), encoding="utf-8")
+    info = {"scenario": original.name, "seed": original.seed, "calls_before": result.calls_before,
+            "calls_after": result.calls_after, "checks": list(result.checks), "runs": result.runs, "file": str(path),
+            "name": entry.name}
+    if json_output:
+        print_json(info)
+    else:
+        console.print(f"shrunk {escape(original.name)} (seed {original.seed}) from {result.calls_before} to "
+                      f"{result.calls_after} model calls in {result.runs} runs; still fails "
+                      f"{escape(', '.join(result.checks))}")
+        console.print(f"wrote {escape(str(path))} (scenario {escape(entry.name)})")
+    raise typer.Exit(ExitCode.OK)
+
+
+def register(app: typer.Typer) -> None:
+    from harness.commands import scenarios as catalogue_commands
+
+    app.command("run")(run_command)
+    # `compactsim list` / `compactsim show` are `compactsim scenarios list` / `show` (one implementation)
+    app.command("list")(catalogue_commands.list_command)
+    app.command("show")(catalogue_commands.show_command)
+    app.command("replay")(replay_command)
+    app.command("shrink")(shrink_command)
+
+
+__all__ = ["format_failures", "format_results_table", "register"]

@@ -1,0 +1,618 @@
+"""Run scenarios end to end: mock servers, scripted agents, the backend under test, the oracle and the audit.
+
+    compactsim run                                   # the default suite: the whole catalogue
+    compactsim run image-compaction-k2 --seed 7 --backend tests.quality.broadcast_first_advantage:Backend
+
+For each scenario, and each of its optimizer steps: the agents collect the step's rollouts from
+the mock model and reward servers (served in this process, or on 127.0.0.1 ports); the backend
+plans, materializes and trains (`harness.pipeline.Backend`, loaded from ``module:attr``); in
+policy mode the new weights go back to the model server. A contract error the backend raises
+ends the run at that step. Then the oracle computes what every step must have shown from the
+scenario and the agents' ground-truth logs, and the audit compares. A failed scenario still
+returns (and the suite still writes) every artifact it produced.
+
+Executors: ``local`` runs scenarios one after another in this process; ``ray`` runs each
+scenario as a Ray task (a local Ray on 127.0.0.1, or an existing cluster with ``ray_address``).
+A scenario's outcome is a pure function of the scenario, the seed and the code, so the
+`summary.json` bytes do not depend on the executor or the worker count.
+
+Output directory (`write_outputs`)::
+
+    summary.json                          verdicts, findings, per-step metrics, seed, versions, Gym record
+    timings.json                          seconds per scenario and stage (never in summary.json)
+    report.html                           self-contained page: table, plots, trace views
+    scenarios/<name>/scenario.json        the scenario as run (seed and step cap applied)
+    scenarios/<name>/run.json             seed, backend, device, step cap (what `compactsim replay` reads)
+    scenarios/<name>/audit.json           the audit report (findings with reproduction command)
+    scenarios/<name>/metrics.jsonl        one line per trained step
+    scenarios/<name>/artifacts/step-NNNN.{npz,json}   the step artifact (harness.core.artifacts)
+    scenarios/<name>/results/step-NNNN.jsonl          the Gym results the backend received
+    scenarios/<name>/rollouts/step-NNNN.jsonl         the agents' ground-truth logs (the oracle's input)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import time
+import warnings
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from harness.audit import (
+    AuditReport,
+    Finding,
+    ObservedError,
+    ObservedRun,
+    ObservedStep,
+    Tolerances,
+    audit_run,
+    observed_from_artifact,
+    reproduce_command,
+    rgb_pixel_digest,
+)
+from harness.core.artifacts import encode_step_artifact, meta_to_json
+from harness.core.errors import CompactsimError, ConfigError, ContractError
+from harness.report.records import RolloutView, ScenarioRecord, SuiteRecord
+from harness.report.trace_view import rollout_views
+
+HOST = "127.0.0.1"
+DEFAULT_BACKEND = "harness.pipeline:ReferenceBackend"
+#: Stages whose wall-clock seconds are reported (timings.json, bench/bench_suite.py).
+STAGES: tuple[str, ...] = ("collect", "plan", "materialize", "train", "weights", "oracle", "audit", "write")
+#: Steps whose trace views are kept per scenario: the first ones, plus those with findings.
+TRACE_STEPS = 1
+MAX_TRACE_STEPS = 3
+
+Executor = Literal["local", "ray"]
+ServerMode = Literal["inprocess", "http"]
+
+
+@dataclass(frozen=True, slots=True)
+class RunOptions:
+    """How to run scenarios (everything besides which ones)."""
+
+    #: Overrides every scenario's seed when set.
+    seed: int | None = None
+    #: ``module:attr`` of the backend under test.
+    backend: str = DEFAULT_BACKEND
+    device: Literal["cpu", "cuda", "auto"] = "cpu"
+    #: Caps every scenario's optimizer steps (a smoke budget); None: the scenario's own.
+    max_steps: int | None = None
+    #: Mock servers in this process through ASGI (no port) or on 127.0.0.1 ports.
+    server: ServerMode = "inprocess"
+    #: Threads collecting one step's rollouts (results never depend on it).
+    workers: int = 1
+    wandb: bool = False
+    #: Directory for W&B offline files (the run's output directory).
+    wandb_dir: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"seed": self.seed, "backend": self.backend, "device": self.device, "max_steps": self.max_steps}
+
+
+@dataclass(frozen=True, slots=True)
+class ScenarioEvent:
+    """Progress of one scenario (for progress bars): a step finished, or the scenario did."""
+
+    scenario: str
+    step: int
+    total_steps: int
+    done: bool = False
+    record: ScenarioRecord | None = None
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class ScenarioRun:
+    """One scenario's record plus the files it produced (relative to its directory under `scenarios/`)."""
+
+    record: ScenarioRecord
+    files: Mapping[str, bytes]
+    audit: AuditReport | None = None
+
+
+# ---------------------------------------------------------------------------------------------
+# scenarios
+
+
+def resolve_scenarios(selectors: Sequence[str]) -> tuple[Any, ...]:
+    """Catalogue scenarios named or tagged by `selectors` (all when empty); a path to a YAML file works too."""
+    from scenarios.catalogue import default_catalogue, load_file
+
+    chosen: list[Any] = []
+    names: list[str] = []
+    for sel in selectors:
+        path = Path(sel)
+        if sel.endswith((".yaml", ".yml")) and path.is_file():
+            chosen += load_file(path)
+        else:
+            names.append(sel)
+    if names or not selectors:
+        chosen += default_catalogue().select(names)
+    seen: set[str] = set()
+    out = []
+    for s in chosen:
+        if s.name not in seen:
+            seen.add(s.name)
+            out.append(s)
+    return tuple(out)
+
+
+def prepare_scenario(scenario: Any, options: RunOptions) -> Any:
+    """The scenario under the run's seed and step cap (a `ConfigError` when the cap cuts off its mutation)."""
+    from scenarios.model import Scenario
+
+    data = scenario.to_data()
+    if options.seed is not None:
+        data["seed"] = options.seed
+    if options.max_steps is not None and options.max_steps < scenario.steps:
+        data["steps"] = options.max_steps
+    return scenario if data == scenario.to_data() else Scenario.model_validate(data)
+
+
+# ---------------------------------------------------------------------------------------------
+# servers
+
+
+@dataclass(frozen=True)
+class _OpenServers:
+    """Clients opened once for a whole run, handed to `agents.collect` as its `Servers`."""
+
+    model: Any
+    reward: Any
+
+    @contextmanager
+    def open(self) -> Iterator[tuple[Any, Any]]:
+        yield self.model, self.reward
+
+
+@contextmanager
+def _serve_http(app: Any) -> Iterator[str]:
+    """Serve `app` with uvicorn on 127.0.0.1 (a free port) in a thread; yields its base URL."""
+    import uvicorn
+
+    server = uvicorn.Server(uvicorn.Config(app, host=HOST, port=0, log_level="warning", access_log=False, lifespan="off"))
+    thread = threading.Thread(target=server.run, name="compactsim-server", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30.0
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            raise ConfigError("invalid_config", "the mock server did not start on 127.0.0.1 within 30 s")
+        time.sleep(0.01)
+    port = server.servers[0].sockets[0].getsockname()[1]
+    try:
+        yield f"http://{HOST}:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30.0)
+
+
+@contextmanager
+def open_servers(model_settings: Mapping[str, Any], reward_settings: Mapping[str, Any],
+                 mode: ServerMode = "inprocess") -> Iterator[_OpenServers]:
+    """The scenario's mock model and reward servers with one client each, open for the whole run."""
+    import httpx
+
+    with warnings.catch_warnings():  # starlette's note about httpx2 says nothing about this run
+        warnings.filterwarnings("ignore", message="Using `httpx` with `starlette.testclient`")
+        from fastapi.testclient import TestClient
+
+    from mock_servers.model_server import ServerSettings, create_app
+    from mock_servers.reward_server import RewardSettings
+    from mock_servers.reward_server import create_app as create_reward_app
+
+    model_app = create_app(ServerSettings.model_validate(dict(model_settings)))
+    reward_app = create_reward_app(RewardSettings.model_validate(dict(reward_settings)))
+    with ExitStack() as stack:
+        if mode == "http":
+            timeout = httpx.Timeout(60.0)
+            model = stack.enter_context(httpx.Client(base_url=stack.enter_context(_serve_http(model_app)), timeout=timeout))
+            reward = stack.enter_context(httpx.Client(base_url=stack.enter_context(_serve_http(reward_app)), timeout=timeout))
+        else:
+            model = stack.enter_context(TestClient(model_app, base_url="http://model"))
+            reward = stack.enter_context(TestClient(reward_app, base_url="http://reward"))
+        yield _OpenServers(model, reward)
+
+
+def _push_weights(client: Any, state: Any) -> None:
+    """`POST /weights`; the server's new `policy_version` must be the trainer's."""
+    resp = client.post("/weights", content=state.policy.to_bytes(), headers={"content-type": "application/octet-stream"})
+    if resp.status_code != 200:
+        raise ConfigError("invalid_config", f"POST /weights answered {resp.status_code}: {resp.text[:200]}")
+    version = int(resp.json()["policy_version"])
+    if version != state.version:
+        raise ConfigError("invalid_config", f"server policy_version {version} after the push; the trainer is at {state.version}")
+
+
+def _sync_initial_weights(client: Any, state: Any, precision: str) -> None:
+    """Start generation from the trainer's checkpoint (pushed once only when the server's copy differs)."""
+    import torch
+
+    from harness.core.digests import bytes_digest
+    from harness.core.policy import TinyPolicy
+
+    served = TinyPolicy.load_bytes(state.policy.to_bytes(), dtype=torch.float64 if precision == "float64" else torch.float32)
+    resp = client.get("/weights")
+    resp.raise_for_status()
+    if str(resp.json()["weights_digest"]) == bytes_digest(served.to_bytes()):
+        return
+    state.version += 1
+    _push_weights(client, state)
+
+
+# ---------------------------------------------------------------------------------------------
+# one scenario
+
+
+def _observed_error(exc: BaseException, step: int, stage: str) -> ObservedError:
+    if isinstance(exc, ContractError):
+        return ObservedError(exc.code, exc.rollout_id, exc.turn_id, step, stage, exc.detail)
+    if isinstance(exc, ConfigError):
+        return ObservedError(exc.code, None, None, step, stage, exc.detail)
+    return ObservedError(f"internal_error:{type(exc).__name__}", None, None, step, stage, str(exc)[:500])
+
+
+def _jsonl(rows: Sequence[Mapping[str, Any]]) -> bytes:
+    return "".join(json.dumps(r, sort_keys=True, separators=(",", ":")) + "\n" for r in rows).encode("utf-8")
+
+
+class _Clock:
+    """Wall-clock seconds per stage (kept out of every deterministic output)."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = dict.fromkeys(STAGES, 0.0)
+        self.started = time.perf_counter()
+
+    @contextmanager
+    def stage(self, name: str) -> Iterator[None]:
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[name] += time.perf_counter() - t0
+
+    def total(self) -> float:
+        return time.perf_counter() - self.started
+
+
+def run_scenario(
+    scenario: Any,
+    options: RunOptions = RunOptions(),
+    *,
+    on_event: Callable[[ScenarioEvent], None] | None = None,
+) -> ScenarioRun:
+    """Run one scenario, audit it, and return its record and files (it never raises for a failing backend)."""
+    clock = _Clock()
+    name = getattr(scenario, "name", str(scenario))
+    files: dict[str, bytes] = {}
+    try:
+        scenario = prepare_scenario(scenario, options)
+    except (CompactsimError, ValueError) as exc:
+        return _harness_failure(scenario, options, exc, clock, files)
+    files["scenario.json"] = (json.dumps(scenario.to_data(), indent=2, sort_keys=True) + "\n").encode("utf-8")
+    files["run.json"] = (json.dumps({"scenario": name, "seed": scenario.seed, **options.to_json()}, indent=2,
+                                    sort_keys=True) + "\n").encode("utf-8")
+    try:
+        observed, logs_by_step, batches = _execute(scenario, options, clock, files, on_event)
+        with clock.stage("oracle"):
+            from harness.oracle.expect import expect_scenario
+
+            expectation = expect_scenario(scenario, logs_by_step)
+    except (CompactsimError, ValueError, RuntimeError, OSError) as exc:
+        return _harness_failure(scenario, options, exc, clock, files)
+    with clock.stage("audit"):
+        dtype = scenario.trainer_config().policy.precision
+        report = audit_run(expectation, observed, backend=_backend_flag(options.backend),
+                           tolerances=Tolerances.for_dtype(dtype),
+                           reproduce=scenario_reproduce(scenario, options))
+        traces = _trace_views(observed.steps, report.findings)
+        media = _media_urls(logs_by_step, traces)
+    files["audit.json"] = (json.dumps(report.to_json(), indent=2, sort_keys=True) + "\n").encode("utf-8")
+    metrics = tuple(dict(st.metrics) for st in observed.steps)
+    record = ScenarioRecord(
+        name=scenario.name, purpose=scenario.purpose, tags=tuple(scenario.tags), flavour=scenario.flavour,
+        seed=scenario.seed, expected=report.expected, observed=report.observed, passed=report.passed,
+        steps=len(observed.steps), rows=sum(batches),
+        tokens=sum(r.length for st in observed.steps for r in st.rows if not r.is_padding),
+        findings=report.findings, reproduce=report.reproduce, error=observed.error, step_metrics=metrics,
+        artifacts=f"scenarios/{scenario.name}", traces=traces, media_urls=media,
+        seconds=clock.total(), stage_seconds=dict(clock.seconds),
+    )
+    if on_event is not None:
+        on_event(ScenarioEvent(scenario.name, len(observed.steps), scenario.steps, done=True, record=record))
+    return ScenarioRun(record=record, files=files, audit=report)
+
+
+def _backend_flag(backend: str) -> str | None:
+    return None if backend == DEFAULT_BACKEND else backend
+
+
+def scenario_reproduce(scenario: Any, options: RunOptions) -> str:
+    """The one-line command that reruns exactly this scenario."""
+    return reproduce_command(scenario.name, scenario.seed, backend=_backend_flag(options.backend),
+                             steps=options.max_steps)
+
+
+def _execute(
+    scenario: Any, options: RunOptions, clock: _Clock, files: dict[str, bytes],
+    on_event: Callable[[ScenarioEvent], None] | None,
+) -> tuple[ObservedRun, list[list[Mapping[str, Any]]], list[int]]:
+    """Collect, plan, materialize and train every step; stop at the first error the backend raises."""
+    from agents.collect import LocalExecutor, collect
+    from harness.core.policy import configure_determinism
+    from harness.pipeline.backend import load_backend
+    from harness.pipeline.trainer import init_train_state
+    from harness.train_run import resolve_device
+    from scenarios.build import build_scenario, step_results
+
+    build = build_scenario(scenario)
+    cfg = build.trainer_config
+    backend = load_backend(options.backend)
+    configure_determinism(1)
+    state = init_train_state(cfg, device=resolve_device(options.device))
+    wandb_run = _wandb(options, scenario, cfg) if options.wandb else None
+    steps: list[ObservedStep] = []
+    logs_by_step: list[list[Mapping[str, Any]]] = []
+    rows: list[int] = []
+    error: ObservedError | None = None
+    try:
+        with open_servers(build.model_settings, build.reward_settings, options.server) as servers:
+            if scenario.mode == "policy":
+                _sync_initial_weights(servers.model, state, cfg.policy.precision)
+            for k in range(scenario.steps):
+                with clock.stage("collect"):
+                    collected = collect(build.specs[k], servers, executor=LocalExecutor(options.workers))
+                    logs_by_step.append([c.ground_truth for c in collected])
+                    results = step_results(scenario, k, collected)
+                with clock.stage("write"):
+                    # the agents' ground truth (the oracle's input) and what the trainer received (results/)
+                    files[f"rollouts/step-{k:04d}.jsonl"] = _jsonl(
+                        [{"rollout_id": c.rollout_id, "status": c.status, "ground_truth": c.ground_truth}
+                         for c in collected])
+                    files[f"results/step-{k:04d}.jsonl"] = _jsonl(results)
+                stage = "plan"
+                try:
+                    with clock.stage("plan"):
+                        plans = [backend.plan(r) for r in results]
+                    stage = "materialize"
+                    with clock.stage("materialize"):
+                        batch = backend.materialize(plans, cfg)
+                    stage = "train"
+                    with clock.stage("train"):
+                        result = backend.train_step(state, batch, cfg)
+                except Exception as exc:  # noqa: BLE001 - any backend failure is the observed outcome
+                    error = _observed_error(exc, k, stage)
+                    break
+                if scenario.mode == "policy":
+                    with clock.stage("weights"):
+                        _push_weights(servers.model, state)
+                with clock.stage("write"):
+                    digests = [[rgb_pixel_digest(p) for p in row] for row in result.batch.row_pixel_values]
+                    step = observed_from_artifact(result.artifact, pixel_digests=digests)
+                    steps.append(step)
+                    rows.append(sum(1 for r in step.rows if not r.is_padding))
+                    npz, meta = encode_step_artifact(result.artifact)
+                    files[f"artifacts/step-{k:04d}.npz"] = npz
+                    files[f"artifacts/step-{k:04d}.json"] = meta_to_json(meta).encode("utf-8")
+                if wandb_run is not None:
+                    wandb_run.log({k2: v for k2, v in result.metrics.items() if isinstance(v, (int, float))}, step=k)
+                if on_event is not None:
+                    on_event(ScenarioEvent(scenario.name, k + 1, scenario.steps))
+    finally:
+        if wandb_run is not None:
+            wandb_run.finish()
+    metrics_lines = [{"step": st.step, **{k2: _num(v) for k2, v in st.metrics.items()}} for st in steps]
+    files["metrics.jsonl"] = _jsonl(metrics_lines)
+    return ObservedRun(steps=tuple(steps), error=error), logs_by_step, rows
+
+
+def _num(v: Any) -> Any:
+    import math
+
+    if isinstance(v, float) and not math.isfinite(v):
+        return "nan" if math.isnan(v) else ("inf" if v > 0 else "-inf")
+    return v
+
+
+def _wandb(options: RunOptions, scenario: Any, cfg: Any) -> Any:
+    """A W&B run in offline mode (never online from here)."""
+    import wandb
+
+    os.environ.setdefault("WANDB_SILENT", "true")
+    os.environ["WANDB_MODE"] = "offline"
+    directory = Path(options.wandb_dir or ".")
+    directory.mkdir(parents=True, exist_ok=True)
+    return wandb.init(project="compactsim", name=f"{scenario.name}-seed{scenario.seed}", mode="offline",
+                      dir=str(directory), config={"scenario": scenario.to_data(), "trainer": cfg.model_dump(mode="json")},
+                      reinit="create_new")
+
+
+def _trace_views(steps: Sequence[ObservedStep], findings: Sequence[Finding]) -> tuple[RolloutView, ...]:
+    flagged = sorted({f.step for f in findings if f.step is not None})
+    chosen = [st for st in steps if st.step < TRACE_STEPS or st.step in flagged][:MAX_TRACE_STEPS]
+    return tuple(v for st in chosen for v in rollout_views(st, findings))
+
+
+def _media_urls(logs_by_step: Sequence[Sequence[Mapping[str, Any]]], traces: Sequence[RolloutView]) -> dict[str, str]:
+    wanted = {m for v in traces for r in v.rows for m in r.media_ids}
+    out: dict[str, str] = {}
+    for logs in logs_by_step:
+        for log in logs:
+            for mid, info in (log.get("media") or {}).items():
+                if mid in wanted and mid not in out and isinstance(info, Mapping) and info.get("data_url"):
+                    out[mid] = str(info["data_url"])
+    return out
+
+
+def _harness_failure(scenario: Any, options: RunOptions, exc: BaseException, clock: _Clock,
+                     files: dict[str, bytes]) -> ScenarioRun:
+    """A record for a scenario the harness could not run (no verdict reached: counts as failed)."""
+    name = getattr(scenario, "name", str(scenario))
+    seed = options.seed if options.seed is not None else getattr(scenario, "seed", 0)
+    repro = reproduce_command(name, seed, backend=_backend_flag(options.backend))
+    text = f"{type(exc).__name__}: {exc}"
+    finding = Finding(scenario=name, step=None, check="run.harness_error", row=None, position=None,
+                      expected="a completed run", actual=text[:300], message=text[:500], reproduce=repro)
+    expect = getattr(scenario, "expect", None)
+    expected = "?" if expect is None else ("success" if expect.verdict == "success" else f"error:{expect.code}")
+    record = ScenarioRecord(
+        name=name, purpose=getattr(scenario, "purpose", ""), tags=tuple(getattr(scenario, "tags", ())),
+        flavour=getattr(scenario, "flavour", "?"), seed=seed, expected=expected, observed="harness_error", passed=False,
+        steps=0, rows=0, tokens=0, findings=(finding,), reproduce=repro, artifacts=f"scenarios/{name}",
+        seconds=clock.total(), stage_seconds=dict(clock.seconds),
+    )
+    return ScenarioRun(record=record, files=files, audit=None)
+
+
+# ---------------------------------------------------------------------------------------------
+# a suite
+
+
+def _run_remote(scenario_data: Mapping[str, Any], options: RunOptions, sys_path: Sequence[str]) -> ScenarioRun:
+    """A Ray task: one scenario in a worker process (same code, same results)."""
+    for p in reversed(list(sys_path)):
+        if p not in sys.path:
+            sys.path.insert(0, p)
+    from scenarios.model import Scenario
+
+    return run_scenario(Scenario.model_validate(dict(scenario_data)), options)
+
+
+@contextmanager
+def ray_cluster(address: str | None, num_cpus: int) -> Iterator[None]:
+    """A local Ray on 127.0.0.1 (dashboard off, auth disabled), or the cluster at `address`; shut down after."""
+    import ray
+
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    started = False
+    if not ray.is_initialized():
+        if address:
+            ray.init(address=address, log_to_driver=False, configure_logging=False)
+        else:
+            ray.init(_node_ip_address=HOST, include_dashboard=False, num_cpus=max(num_cpus, 1),
+                     log_to_driver=False, configure_logging=False)
+        started = True
+    try:
+        yield
+    finally:
+        if started:
+            ray.shutdown()
+
+
+def run_suite(
+    scenarios: Sequence[Any],
+    options: RunOptions = RunOptions(),
+    *,
+    executor: Executor = "local",
+    ray_address: str | None = None,
+    parallel: int = 2,
+    on_event: Callable[[ScenarioEvent], None] | None = None,
+) -> list[ScenarioRun]:
+    """Every scenario's run, in the given order, on the chosen executor."""
+    if executor == "local":
+        return [run_scenario(s, options, on_event=on_event) for s in scenarios]
+    if executor != "ray":
+        raise ConfigError("invalid_argument", f"executor={executor!r}: expected 'local' or 'ray'")
+    import ray
+
+    with ray_cluster(ray_address, parallel):
+        task = ray.remote(num_cpus=1)(_run_remote)
+        path = [os.getcwd(), *sys.path]
+        pending = {task.remote(s.to_data(), options, path): k for k, s in enumerate(scenarios)}
+        out: list[ScenarioRun | None] = [None] * len(scenarios)
+        while pending:
+            done, _ = ray.wait(list(pending), num_returns=1)
+            for ref in done:
+                k = pending.pop(ref)
+                out[k] = ray.get(ref)
+                if on_event is not None:
+                    rec = out[k].record  # type: ignore[union-attr]
+                    on_event(ScenarioEvent(rec.name, rec.steps, rec.steps, done=True, record=rec))
+    return [r for r in out if r is not None]
+
+
+def suite_record(runs: Sequence[ScenarioRun], options: RunOptions, selection: Sequence[str],
+                 gym: Mapping[str, Any] | None = None) -> SuiteRecord:
+    """The suite's record: settings, versions, the Gym record and every scenario's record."""
+    from harness.report.summary import collect_versions
+
+    return SuiteRecord(
+        seed=options.seed,
+        backend=options.backend,
+        device=options.device,
+        selection=tuple(selection),
+        versions=collect_versions(),
+        gym=dict(gym) if gym is not None else gym_record(runs),
+        scenarios=tuple(r.record for r in runs),
+    )
+
+
+def gym_record(runs: Sequence[ScenarioRun], gym_check: Path | None = None) -> dict[str, Any]:
+    """`summary.json` → `gym`: the evidence producer, the contract flavour(s) and the checked revision (if any)."""
+    from harness.gym_check.summary import gym_summary_record
+
+    flavours = sorted({r.record.flavour for r in runs})
+    record = gym_summary_record(gym_check, flavour=flavours[0] if len(flavours) == 1 else None)
+    record["flavours"] = flavours
+    return record
+
+
+def write_outputs(out: Path, runs: Sequence[ScenarioRun], suite: SuiteRecord, *, total_seconds: float | None = None,
+                  executor: str = "local") -> dict[str, Path]:
+    """Write every scenario's files, `summary.json`, `timings.json` and `report.html` under `out`."""
+    from harness.report.html import format_report_html
+    from harness.report.summary import format_summary_json, format_timings
+
+    out.mkdir(parents=True, exist_ok=True)
+    for run in runs:
+        base = out / "scenarios" / run.record.name
+        for rel, data in sorted(run.files.items()):
+            path = base / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(data)
+    paths = {"summary": out / "summary.json", "timings": out / "timings.json", "report": out / "report.html"}
+    paths["summary"].write_text(format_summary_json(suite), encoding="utf-8")
+    paths["timings"].write_text(format_timings(suite, total_seconds=total_seconds, extra={"executor": executor}),
+                                encoding="utf-8")
+    paths["report"].write_text(format_report_html(suite), encoding="utf-8")
+    return paths
+
+
+def load_saved_run(directory: Path) -> tuple[Any, RunOptions, dict[str, Any] | None]:
+    """(scenario, options, saved audit) of a scenario directory a run wrote (`compactsim replay DIR`)."""
+    from scenarios.model import Scenario
+
+    run_file, scenario_file = directory / "run.json", directory / "scenario.json"
+    if not run_file.is_file() or not scenario_file.is_file():
+        raise ConfigError("invalid_argument", f"{directory}: not a scenario run directory (needs run.json and scenario.json)")
+    settings = json.loads(run_file.read_text(encoding="utf-8"))
+    scenario = Scenario.model_validate(json.loads(scenario_file.read_text(encoding="utf-8")))
+    options = RunOptions(seed=settings.get("seed"), backend=settings.get("backend", DEFAULT_BACKEND),
+                         device=settings.get("device", "cpu"), max_steps=settings.get("max_steps"))
+    audit_file = directory / "audit.json"
+    saved = json.loads(audit_file.read_text(encoding="utf-8")) if audit_file.is_file() else None
+    return scenario, options, saved
+
+
+__all__ = [
+    "DEFAULT_BACKEND",
+    "RunOptions",
+    "STAGES",
+    "ScenarioEvent",
+    "ScenarioRun",
+    "gym_record",
+    "load_saved_run",
+    "open_servers",
+    "prepare_scenario",
+    "resolve_scenarios",
+    "run_scenario",
+    "run_suite",
+    "scenario_reproduce",
+    "suite_record",
+    "write_outputs",
+]

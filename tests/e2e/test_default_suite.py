@@ -1,0 +1,29 @@
+"""`compactsim run` on the default suite (the whole catalogue, reference runs included) meets every verdict."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from harness.cli import app
+from scenarios.catalogue import list_scenarios
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200), pytest.mark.filterwarnings("ignore::DeprecationWarning")]
+
+
+def test_default_suite_meets_every_expected_verdict(tmp_path: Path):
+    out = tmp_path / "run"
+    result = CliRunner().invoke(app, ["run", "--out", str(out)])
+    assert result.exit_code == 0, result.output[-4000:]
+    summary = json.loads((out / "summary.json").read_text())
+    names = [s.name for s in list_scenarios()]
+    assert [s["name"] for s in summary["scenarios"]] == names
+    assert summary["counts"] == {"scenarios": len(names), "passed": len(names), "failed": 0, "findings": 0}
+    by_name = {s["name"]: s for s in summary["scenarios"]}
+    for ref in ("pr-validation-no-compaction", "pr-validation-image-compaction-k2"):
+        assert by_name[ref]["steps"] == 20
+        assert all(abs(m["token_mult_prob_error"] - 1.0) <= 1e-9 for m in by_name[ref]["metrics"])
+    assert (out / "report.html").stat().st_size > 0

@@ -1,0 +1,25 @@
+"""Broken backend: `total_num_tokens` counts padded positions (right padding and padding rows) as tokens."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from harness.core import metrics as M
+from harness.core.batch import TraceBatch
+from harness.pipeline.backend import ReferenceBackend
+from harness.pipeline.train_config import TrainerConfig
+from harness.pipeline.trainer import StepResult, TrainState
+
+EXPECTED_CHECK = "metric.exact"
+SCENARIO = "image-compaction-k2-rolling"
+
+
+class Backend(ReferenceBackend):
+    """Reports rows × padded width as the token count (NeMo-RL counts only real tokens)."""
+
+    name = "count-padding-tokens"
+
+    def train_step(self, state: TrainState, batch: TraceBatch, cfg: TrainerConfig) -> StepResult:
+        result = super().train_step(state, batch, cfg)
+        metrics = {**result.metrics, M.TOTAL_NUM_TOKENS: batch.num_rows * batch.seq_len}
+        return replace(result, metrics=metrics, artifact=replace(result.artifact, metrics=metrics))

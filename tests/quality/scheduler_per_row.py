@@ -1,0 +1,28 @@
+"""Broken backend: the LR scheduler steps once per physical row instead of once per logical batch."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from harness.core import metrics as M
+from harness.core.batch import TraceBatch
+from harness.pipeline.backend import ReferenceBackend
+from harness.pipeline.train_config import TrainerConfig
+from harness.pipeline.trainer import StepResult, TrainState
+
+EXPECTED_CHECK = "counts.scheduler"
+SCENARIO = "image-compaction-k2-rolling"
+
+
+class Backend(ReferenceBackend):
+    """Steps the scheduler for every extra real row, and records what it did."""
+
+    name = "scheduler-per-row"
+
+    def train_step(self, state: TrainState, batch: TraceBatch, cfg: TrainerConfig) -> StepResult:
+        result = super().train_step(state, batch, cfg)
+        for _ in range(batch.num_real_rows - 1):
+            state.scheduler.step()
+        metrics = {**result.metrics, M.SCHEDULER_STEP_COUNT: state.scheduler_steps}
+        artifact = replace(result.artifact, metrics=metrics, scheduler_increments=batch.num_real_rows)
+        return replace(result, metrics=metrics, artifact=artifact)

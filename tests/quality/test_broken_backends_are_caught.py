@@ -1,0 +1,71 @@
+"""Each deliberately broken backend in tests/quality is caught by the audit with its paired finding."""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from harness.cli import app
+from harness.runner import RunOptions, resolve_scenarios, run_scenario
+
+pytestmark = [pytest.mark.timeout(600), pytest.mark.filterwarnings("ignore::DeprecationWarning")]
+
+BROKEN = (
+    "broadcast_first_advantage",
+    "drop_boundary_sentinel",
+    "own_only_new_images",
+    "count_padding_tokens",
+    "scheduler_per_row",
+)
+
+
+@pytest.mark.parametrize("module", BROKEN)
+def test_broken_backend_provokes_its_paired_finding(module: str):
+    mod = importlib.import_module(f"tests.quality.{module}")
+    spec = f"tests.quality.{module}:Backend"
+    rec = run_scenario(resolve_scenarios([mod.SCENARIO])[0], RunOptions(backend=spec)).record
+    assert not rec.passed
+    assert rec.observed == "success"  # the trainer ran; only the audit can tell
+    hits = [f for f in rec.findings if f.check == mod.EXPECTED_CHECK]
+    assert hits, [f.check for f in rec.findings]
+    assert all(f.reproduce == f"compactsim run {mod.SCENARIO} --seed 0 --backend {spec}" for f in rec.findings)
+
+
+def test_broadcast_first_advantage_names_the_other_rollouts_first_trainable_token():
+    rec = run_scenario(resolve_scenarios(["image-compaction-k2-rolling"])[0],
+                       RunOptions(backend="tests.quality.broadcast_first_advantage:Backend")).record
+    first = next(f for f in rec.findings if f.check == "row.advantage")
+    assert (first.step, first.row, first.expected, first.actual) == (0, "s0-g0-r1/trace-0", -1.0, 1.0)
+    assert first.position is not None and first.position > 0
+
+
+def test_dropped_sentinel_is_reported_at_the_last_token_of_each_non_final_trace():
+    rec = run_scenario(resolve_scenarios(["image-compaction-k2-rolling"])[0],
+                       RunOptions(backend="tests.quality.drop_boundary_sentinel:Backend")).record
+    assert [(f.check, f.row) for f in rec.findings] == [
+        ("row.sentinel", "s0-g0-r0/trace-0"), ("row.sentinel", "s0-g0-r0/trace-1"),
+        ("row.sentinel", "s0-g0-r1/trace-0"), ("row.sentinel", "s0-g0-r1/trace-1"),
+    ]
+    assert all(f.expected == -1 and f.actual == [[0, 1], [0, 1]] for f in rec.findings)
+
+
+def test_own_only_new_images_reports_the_missing_image_history():
+    rec = run_scenario(resolve_scenarios(["image-compaction-k2-rolling"])[0],
+                       RunOptions(backend="tests.quality.own_only_new_images:Backend")).record
+    media = [f for f in rec.findings if f.check == "row.media"]
+    assert [f.row for f in media] == ["s0-g0-r0/trace-1", "s0-g0-r0/trace-2", "s0-g0-r1/trace-1", "s0-g0-r1/trace-2"]
+    f = media[0]
+    assert len(f.expected) == 2 and len(f.actual) == 1 and f.actual[0] == f.expected[1]
+
+
+def test_compactsim_run_fails_on_a_broken_backend_with_the_right_finding(tmp_path: Path):
+    backend = "tests.quality.broadcast_first_advantage:Backend"
+    result = CliRunner().invoke(app, ["run", "explicit-logprobs", "--backend", backend, "--out", str(tmp_path / "out")])
+    assert result.exit_code == 1, result.output
+    assert "FAIL explicit-logprobs: expected success, observed success" in result.output
+    assert "[row.advantage] explicit-logprobs step 0 row s0-g0-r1/trace-0 token" in result.output
+    assert f"reproduce: compactsim run explicit-logprobs --seed 0 --backend {backend}" in result.output
+    assert "0/1 scenarios met their expected verdict" in result.output
