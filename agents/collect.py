@@ -9,7 +9,6 @@ actor can open its own clients: `HttpServers` (real ports on 127.0.0.1) or `InPr
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -22,6 +21,7 @@ import httpx
 from agents.emitters import emit_response, emit_result, responses_create_params
 from agents.ground_truth import ground_truth_log
 from agents.loop import CallFailed, RetryPolicy, ScriptedAgent, post_json
+from agents.ray_local import local_ray
 from agents.record import RolloutFailure, RolloutRecord
 from agents.script import RolloutSpec
 from harness.core.digests import canonical_digest
@@ -244,27 +244,9 @@ class RayExecutor:
         return sorted(results, key=lambda r: r.index)
 
 
-@contextmanager
-def ray_session(num_cpus: int) -> Iterator[None]:
-    """Start Ray on 127.0.0.1 (no dashboard, auth disabled) unless it is already up; shut it down after."""
-    import ray
-
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    started = False
-    if not ray.is_initialized():
-        ray.init(
-            _node_ip_address="127.0.0.1",
-            include_dashboard=False,
-            num_cpus=max(num_cpus, 1),
-            log_to_driver=False,
-            configure_logging=False,
-        )
-        started = True
-    try:
-        yield
-    finally:
-        if started:
-            ray.shutdown()
+def ray_session(num_cpus: int):  # -> ContextManager[None]
+    """Ray on 127.0.0.1 for collection (see `agents.ray_local.local_ray`)."""
+    return local_ray(num_cpus)
 
 
 Executor = LocalExecutor | RayExecutor

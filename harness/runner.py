@@ -56,6 +56,7 @@ from harness.audit import (
     reproduce_command,
     rgb_pixel_digest,
 )
+from agents.ray_local import local_ray
 from harness.core.artifacts import encode_step_artifact, meta_to_json
 from harness.core.errors import CompactsimError, ConfigError, ContractError
 from harness.report.records import RolloutView, ScenarioRecord, SuiteRecord
@@ -483,25 +484,9 @@ def _run_remote(scenario_data: Mapping[str, Any], options: RunOptions, sys_path:
     return run_scenario(Scenario.model_validate(dict(scenario_data)), options)
 
 
-@contextmanager
-def ray_cluster(address: str | None, num_cpus: int) -> Iterator[None]:
-    """A local Ray on 127.0.0.1 (dashboard off, auth disabled), or the cluster at `address`; shut down after."""
-    import ray
-
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    started = False
-    if not ray.is_initialized():
-        if address:
-            ray.init(address=address, log_to_driver=False, configure_logging=False)
-        else:
-            ray.init(_node_ip_address=HOST, include_dashboard=False, num_cpus=max(num_cpus, 1),
-                     log_to_driver=False, configure_logging=False)
-        started = True
-    try:
-        yield
-    finally:
-        if started:
-            ray.shutdown()
+def ray_cluster(address: str | None, num_cpus: int):  # -> ContextManager[None]
+    """A local Ray that never leaves loopback, or the cluster at `address` (`agents.ray_local.local_ray`)."""
+    return local_ray(num_cpus, address=address)
 
 
 def run_suite(
