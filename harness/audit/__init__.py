@@ -14,8 +14,8 @@ from harness.audit.observed import (
 )
 
 __all__ = [
-    "AuditReport",
     "CHECKS",
+    "AuditReport",
     "Finding",
     "ObservedError",
     "ObservedLogical",
