@@ -27,11 +27,14 @@ _EXPORTS: dict[str, str] = {
     "TrainerConfig": "harness.pipeline.train_config",
     "audit_run": "harness.audit",
     "expect_scenario": "harness.oracle",
+    "export_goldens": "harness.golden",
     "materialize": "harness.pipeline.materializer",
     "normalize_result": "harness.pipeline.ingest",
     "plan_rollout": "harness.pipeline.planner",
+    "read_golden": "harness.golden",
     "run_scenario": "harness.runner",
     "run_suite": "harness.runner",
+    "verify_dump": "harness.golden",
 }
 
 __all__ = sorted(_EXPORTS)

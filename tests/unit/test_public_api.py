@@ -14,7 +14,7 @@ def _isort_key(name: str) -> tuple[int, str]:
     return kind, name
 
 
-PACKAGES = ["harness", "agents", "scenarios", "harness.audit", "harness.oracle", "harness.pipeline"]
+PACKAGES = ["harness", "agents", "scenarios", "harness.audit", "harness.golden", "harness.oracle", "harness.pipeline"]
 
 
 @pytest.mark.parametrize("name", PACKAGES)

@@ -1,0 +1,94 @@
+"""`compactsim export`: write golden files — Gym payloads plus the oracle's expected plans, rows and metrics.
+
+    compactsim export --out goldens                          # the default suite (whole catalogue)
+    compactsim export compaction edge --seed 7 --out goldens  # scenarios or tags
+    compactsim export image-compaction-k2-chunked --out g --reference-dump ref
+    compactsim verify g ref/rows.jsonl --metrics ref/metrics.jsonl
+
+Exits 0 after writing, 2 on a usage error (unknown scenario, a scenario the harness cannot run,
+an output directory that holds something else).
+"""
+
+from __future__ import annotations
+
+from contextlib import nullcontext
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from harness.commands.common import ExitCode, console, err_console, print_json, report_error
+from harness.core.errors import CompactsimError, ConfigError
+
+DEFAULT_OUT = Path("compactsim-goldens")
+
+
+def format_export_table(result: Any) -> Table:
+    """One line per exported scenario: verdict, steps, files, size, and whether the reference run agreed."""
+    table = Table(title=f"goldens in {escape(str(result.directory))}")
+    for col, justify in (("scenario", "left"), ("expected", "left"), ("steps", "right"), ("files", "right"),
+                         ("KiB", "right"), ("reference run", "left")):
+        table.add_column(col, justify=justify)  # type: ignore[arg-type]
+    for s in result.scenarios:
+        expected = s.verdict if s.error_code is None else f"error:{s.error_code}"
+        ref = "[green]agrees[/green]" if s.reference_passed else f"[yellow]{s.reference_findings} finding(s)[/yellow]"
+        table.add_row(escape(s.name), escape(expected), str(s.steps), str(s.files), f"{s.bytes / 1024:.0f}", ref)
+    return table
+
+
+def export_command(
+    scenarios: Annotated[list[str] | None, typer.Argument(help="scenario names, tags or YAML files (default: all)")] = None,
+    seed: Annotated[int | None, typer.Option(min=0, help="seed for every scenario (default: each scenario's own)")] = None,
+    out: Annotated[Path, typer.Option(help="golden directory to write (a previous export there is replaced)")] = DEFAULT_OUT,
+    steps: Annotated[int | None, typer.Option(min=1, help="cap every scenario's optimizer steps")] = None,
+    reference_dump: Annotated[Path | None, typer.Option(
+        "--reference-dump", help="also write compactsim's own rows.jsonl and metrics.jsonl here (a passing dump)")] = None,
+    json_output: Annotated[bool, typer.Option("--json", help="print the manifest as JSON instead of the table")] = False,
+) -> None:
+    """Export scenarios as golden files another trainer's CI can check its rows against (`compactsim verify`)."""
+    from harness.golden.export import export_goldens
+    from harness.golden.reader import read_golden
+    from harness.golden.reference import backend_dump
+    from harness.golden.rows_dump import format_dump, metrics_line
+    from harness.runner import resolve_scenarios
+
+    try:
+        selected = resolve_scenarios(scenarios or [])
+        if not selected:
+            raise ConfigError("invalid_argument", f"no scenario matches {scenarios}")
+        with err_console.status("exporting", spinner="dots") if not json_output else nullcontext():
+            result = export_goldens(selected, out, seed=seed, max_steps=steps, selection=list(scenarios or []))
+            if reference_dump is not None:
+                dump = backend_dump(read_golden(out))
+                reference_dump.mkdir(parents=True, exist_ok=True)
+                (reference_dump / "rows.jsonl").write_text(format_dump(dump.rows), encoding="utf-8")
+                metrics = [metrics_line(name, step, m) for (name, step), m in sorted(result.reference_metrics.items())]
+                (reference_dump / "metrics.jsonl").write_text(format_dump(metrics), encoding="utf-8")
+    except CompactsimError as exc:
+        raise typer.Exit(report_error(exc, as_json=json_output)) from None
+    if json_output:
+        print_json(result.manifest.to_json())
+        raise typer.Exit(ExitCode.OK)
+    console.print(format_export_table(result))
+    for s in result.scenarios:
+        if not s.reference_passed:
+            err_console.print(f"[yellow]note[/yellow]: compactsim's reference pipeline disagrees with the oracle on "
+                              f"{escape(s.name)} ({s.reference_findings} finding(s)); the goldens are the oracle's — "
+                              f"see `compactsim run {escape(s.name)}`")
+    total = sum(f.bytes for f in result.manifest.files)
+    console.print(f"wrote {len(result.manifest.files)} files ({total / 2**20:.1f} MiB) for {len(result.scenarios)} "
+                  f"scenario(s); manifest {escape(str(out / 'manifest.json'))} (format_version "
+                  f"{result.manifest.format_version})")
+    if reference_dump is not None:
+        console.print(f"reference dump: {escape(str(reference_dump / 'rows.jsonl'))}, "
+                      f"{escape(str(reference_dump / 'metrics.jsonl'))}")
+    raise typer.Exit(ExitCode.OK)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("export")(export_command)
+
+
+__all__ = ["format_export_table", "register"]

@@ -1,0 +1,114 @@
+"""`compactsim verify`: audit the rows (and metrics) an external trainer dumped against golden files.
+
+    compactsim export image-compaction-k2-chunked --out goldens
+    my-trainer --payloads goldens/scenarios --dump-rows rows.jsonl --dump-metrics metrics.jsonl
+    compactsim verify goldens rows.jsonl --metrics metrics.jsonl
+
+The audit is `compactsim run`'s, row order independent. Exit 0 when every golden scenario
+matches, 1 on findings (each printed with scenario, step, rollout, row, token position, expected
+and actual), 2 on a malformed dump (the line and field are named) or unusable goldens.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.markup import escape
+
+from harness.commands.common import ExitCode, console, err_console, print_json, report_error
+from harness.core.errors import CompactsimError, ConfigError
+
+DTYPES = ("float64", "float32", "bfloat16")
+
+
+def _short(value: Any, limit: int = 100) -> str:
+    from harness.audit.findings import json_value
+
+    text = repr(json_value(value))
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def format_finding(finding: Any, verdict: Any) -> str:
+    """`[check] scenario S · step k · rollout R · row T · token p: message — expected E, actual A (dump line L)`."""
+    parts = [f"scenario {finding.scenario}"]
+    if finding.step is not None:
+        parts.append(f"step {finding.step}")
+    rollout = verdict.rollout(finding)
+    if rollout is not None:
+        parts.append(f"rollout {rollout}")
+    if finding.row is not None:
+        parts.append(f"row {finding.row}")
+    if finding.position is not None:
+        parts.append(f"{'image' if finding.check in ('row.media', 'row.pixels') else 'token'} {finding.position}")
+    lines = verdict.dump_lines(finding)
+    where = f" (dump line {', '.join(map(str, lines))})" if lines else ""
+    return (f"[{finding.check}] {' · '.join(parts)}: {finding.message} — expected {_short(finding.expected)}, "
+            f"actual {_short(finding.actual)}{where}")
+
+
+def format_not_checked(verdict: Any) -> str | None:
+    """The optional fields the dump left out for a scenario (they were not checked)."""
+    if not verdict.not_checked:
+        return None
+    fields = ", ".join(f"{k} ({n} {'rollouts' if k == 'rollout_advantage' else 'rows'})"
+                       for k, n in verdict.not_checked.items())
+    return f"{verdict.name}: not checked (absent from the dump): {fields}"
+
+
+def verify_command(
+    golden_dir: Annotated[Path, typer.Argument(help="a directory written by `compactsim export`")],
+    rows_dump: Annotated[Path, typer.Argument(help="the trainer's rows dump (JSON lines; `compactsim schema rows-dump`)")],
+    metrics: Annotated[Path | None, typer.Option(help="the trainer's metrics dump (`compactsim schema metrics-dump`)")] = None,
+    scenario: Annotated[list[str] | None, typer.Option("--scenario", "-s", help="audit only this golden scenario (repeatable)")] = None,
+    dtype: Annotated[str | None, typer.Option(help="float tolerances: float64, float32 or bfloat16 (default: the goldens' trainer precision)")] = None,
+    json_output: Annotated[bool, typer.Option("--json", help="print the verdicts as JSON")] = False,
+) -> None:
+    """Audit a trainer's rows dump (and metrics) against golden files; exit 0 match, 1 findings, 2 malformed input."""
+    from harness.audit.checks import Tolerances
+    from harness.golden.reader import read_golden
+    from harness.golden.rows_dump import RowsDumpError, read_metrics_dump, read_rows_dump
+    from harness.golden.verify import verify_dump
+
+    try:
+        if dtype is not None and dtype not in DTYPES:
+            raise ConfigError("invalid_argument", f"--dtype {dtype}: expected one of {', '.join(DTYPES)}")
+        golden = read_golden(golden_dir, scenario or None)
+        dump = read_rows_dump(rows_dump)
+        metrics_dump = read_metrics_dump(metrics) if metrics is not None else None
+        report = verify_dump(golden, dump, metrics_dump,
+                             tolerances=Tolerances.for_dtype(dtype) if dtype is not None else None)
+    except RowsDumpError as exc:
+        if json_output:
+            print_json(exc.to_json())
+            raise typer.Exit(ExitCode.ERROR) from None
+        raise typer.Exit(report_error(exc, as_json=False)) from None
+    except CompactsimError as exc:
+        raise typer.Exit(report_error(exc, as_json=json_output)) from None
+    if json_output:
+        print_json(report.to_json())
+        raise typer.Exit(ExitCode.OK if report.passed else ExitCode.FINDINGS)
+    for verdict in report.scenarios:
+        for finding in verdict.findings:
+            console.print("[red]" + escape(format_finding(finding, verdict)) + "[/red]", soft_wrap=True)
+        if verdict.findings:
+            console.print(f"  reproduce: {escape(verdict.reproduce)}", soft_wrap=True)
+        note = format_not_checked(verdict)
+        if note is not None:
+            err_console.print(f"[yellow]note[/yellow]: {escape(note)}", soft_wrap=True)
+    matched = sum(1 for v in report.scenarios if v.passed)
+    rows = sum(v.report.rows_audited for v in report.scenarios)
+    tokens = sum(v.report.tokens_audited for v in report.scenarios)
+    colour = "green" if report.passed else "red"
+    console.print(f"[{colour}]{matched}/{len(report.scenarios)} scenarios match the goldens[/{colour}] · "
+                  f"{len(report.findings)} finding(s) · {rows} rows, {tokens} tokens audited"
+                  + ("" if metrics is not None else " · metrics not checked (no --metrics)"))
+    raise typer.Exit(ExitCode.OK if report.passed else ExitCode.FINDINGS)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("verify")(verify_command)
+
+
+__all__ = ["format_finding", "format_not_checked", "register"]

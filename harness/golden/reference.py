@@ -1,0 +1,54 @@
+"""Feed golden payloads to a Backend (compactsim's reference pipeline by default) and dump its rows: a trainer's side of the goldens.
+
+This is what another project's trainer does with the goldens, done by compactsim's own
+pipeline: read each step's payloads in order, plan, materialize, and write every row (or the
+error that refused the step) in the rows-dump format, plus the batch metrics. It needs nothing
+but the golden directory, so `compactsim verify` on its output checks the whole file path.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from harness.core.errors import ConfigError, ContractError
+from harness.golden.batch_dump import batch_dump_lines
+from harness.golden.reader import Golden
+from harness.golden.rows_dump import metrics_line
+
+DEFAULT_BACKEND = "harness.pipeline:ReferenceBackend"
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class BackendDump:
+    """A backend's rows-dump lines and metrics-dump lines for a golden set."""
+
+    rows: tuple[dict[str, Any], ...]
+    metrics: tuple[dict[str, Any], ...]
+
+
+def backend_dump(golden: Golden, *, backend: str = DEFAULT_BACKEND) -> BackendDump:
+    """Plan and materialize every golden step with `backend` ("module:attr"); a refused step ends its scenario."""
+    from harness.pipeline.backend import load_backend
+    from scenarios.model import Scenario
+
+    impl = load_backend(backend)
+    rows: list[dict[str, Any]] = []
+    metrics: list[dict[str, Any]] = []
+    for scenario in golden.scenarios:
+        cfg = Scenario.model_validate(scenario.scenario_data()).trainer_config()
+        for step in scenario.expectation.steps:
+            try:
+                plans = [impl.plan(result) for result in scenario.payloads(step.step)]
+                batch = impl.materialize(plans, cfg)
+            except (ContractError, ConfigError) as exc:
+                error = {"code": exc.code, "rollout_id": getattr(exc, "rollout_id", None),
+                         "turn_id": getattr(exc, "turn_id", None), "message": exc.detail}
+                rows.append({"scenario": scenario.name, "step": step.step, "error": error})
+                break
+            rows += batch_dump_lines(batch, scenario=scenario.name, step=step.step)
+            metrics.append(metrics_line(scenario.name, step.step, batch.metrics()))
+    return BackendDump(rows=tuple(rows), metrics=tuple(metrics))
+
+
+__all__ = ["DEFAULT_BACKEND", "BackendDump", "backend_dump"]

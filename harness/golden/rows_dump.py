@@ -1,0 +1,349 @@
+"""The rows dump: the JSON-lines file in which any trainer writes the rows it built, its parser and a writer.
+
+One line per training row (schema ``rows-dump``, `compactsim schema rows-dump`)::
+
+    {"scenario": "image-compaction-k2-chunked", "step": 0, "physical_trace_id": "s0-g0-r0/trace-1",
+     "logical_rollout_id": "s0-g0-r0", "parent_index": 0, "input_ids": [5, 17, 9, 42],
+     "token_mask": [0, 0, 1, 1], "generation_logprobs": [0.0, 0.0, -0.51, -1.2],
+     "advantages": [0.0, 0.0, 0.7, 0.7], "media_ids": ["img-3f2a"], "routed_experts_sentinel_positions": [3]}
+
+`input_ids` are the row's unpadded tokens; `token_mask` (or `mask_spans`, half-open ``[start,
+end)`` spans), `generation_logprobs` and `advantages` have one entry per token. A padding row
+has ``parent_index: -1`` and no tokens. A trainer that refuses a step writes one error line
+instead of its rows: ``{"scenario": ..., "step": k, "error": {"code": ..., "rollout_id": ...,
+"turn_id": ...}}``. Line order never matters. A malformed line is a `RowsDumpError` naming the
+line number and the field.
+
+The optional metrics dump (schema ``metrics-dump``) holds one line per scenario step:
+``{"scenario": ..., "step": k, "metrics": {"name": value, ...}}``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from jsonschema import ValidationError
+from jsonschema.exceptions import best_match
+
+from harness.core.errors import ConfigError
+from harness.golden.schema import validator
+
+_NON_FINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
+
+
+class RowsDumpError(ConfigError):
+    """A dump line that is not valid JSON or breaks the dump's schema (`compactsim verify` exits 2)."""
+
+    def __init__(self, source: str, line: int, field: str, problem: str) -> None:
+        super().__init__("invalid_argument", f"{source}:{line}: field {field}: {problem}")
+        self.source = source
+        self.line = line
+        self.field = field
+        self.problem = problem
+
+    def __reduce__(self):  # type: ignore[override]
+        return (type(self), (self.source, self.line, self.field, self.problem))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"error_code": self.code, "file": self.source, "line": self.line, "field": self.field,
+                "message": self.problem}
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class DumpRow:
+    """One row of a dump; an optional field the line omitted is None (and is not checked)."""
+
+    line: int
+    scenario: str
+    step: int
+    physical_trace_id: str | None
+    logical_rollout_id: str | None
+    parent_index: int
+    input_ids: np.ndarray  # (T,) int64
+    token_mask: np.ndarray  # (T,) float64, 0/1
+    generation_logprobs: np.ndarray  # (T,) float64
+    advantages: np.ndarray  # (T,) float64
+    trace_index: int | None = None
+    rollout_advantage: float | None = None
+    sample_mask: float | None = None
+    generation_policy_version: int | None = None
+    media_ids: tuple[str, ...] | None = None
+    pixel_digests: tuple[str, ...] | None = None
+    sentinel_positions: tuple[int, ...] | None = None
+
+    @property
+    def is_padding(self) -> bool:
+        return self.parent_index < 0
+
+    @property
+    def length(self) -> int:
+        return int(self.input_ids.shape[0])
+
+
+@dataclass(frozen=True, slots=True)
+class DumpError:
+    """A step the trainer refused, and the error it gave."""
+
+    line: int
+    scenario: str
+    step: int
+    code: str
+    rollout_id: str | None
+    turn_id: int | None
+    message: str = ""
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class RowsDump:
+    """A parsed rows dump: its rows and its error lines (at most one per scenario)."""
+
+    source: str
+    rows: tuple[DumpRow, ...]
+    errors: tuple[DumpError, ...]
+
+    @property
+    def scenarios(self) -> tuple[str, ...]:
+        """Scenario names the dump mentions, sorted."""
+        return tuple(sorted({r.scenario for r in self.rows} | {e.scenario for e in self.errors}))
+
+    def rows_of(self, scenario: str) -> tuple[DumpRow, ...]:
+        return tuple(r for r in self.rows if r.scenario == scenario)
+
+    def error_of(self, scenario: str) -> DumpError | None:
+        return next((e for e in self.errors if e.scenario == scenario), None)
+
+
+# ---------------------------------------------------------------------------------------- parsing
+
+
+def _path_text(path: Sequence[Any]) -> str:
+    out = ""
+    for part in path:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def _field_of(error: ValidationError) -> tuple[str, str]:
+    """(field, problem) of a schema violation, worded for a person."""
+    where = _path_text(list(error.absolute_path))
+    instance = error.instance
+    if error.validator == "required" and isinstance(instance, dict):
+        missing = [k for k in error.validator_value if k not in instance]
+        name = missing[0] if missing else "?"
+        return (f"{where}.{name}" if where else name), "is required but missing"
+    if error.validator == "additionalProperties" and isinstance(instance, dict):
+        known = set(error.schema.get("properties", {}))
+        extra = sorted(k for k in instance if k not in known)
+        name = extra[0] if extra else "?"
+        return (f"{where}.{name}" if where else name), "is not a field of the rows dump (misspelt?)"
+    if error.validator == "oneOf" and isinstance(instance, dict) and not where:
+        both = "token_mask" in instance and "mask_spans" in instance
+        return "token_mask", ("give token_mask or mask_spans, not both" if both
+                              else "is required (or mask_spans instead)")
+    return where or "<line>", error.message
+
+
+def _schema_check(name: str, obj: Any, source: str, lineno: int) -> None:
+    v = validator(name)
+    if v.is_valid(obj):
+        return
+    error = best_match(v.iter_errors(obj))
+    assert error is not None
+    field, problem = _field_of(error)
+    raise RowsDumpError(source, lineno, field, problem)
+
+
+def _json_line(text: str, source: str, lineno: int) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise RowsDumpError(source, lineno, "<line>", f"not valid JSON ({exc.msg} at column {exc.colno})") from None
+
+
+def _lines(text: str) -> list[tuple[int, str]]:
+    return [(k, line) for k, line in enumerate(text.splitlines(), 1) if line.strip()]
+
+
+def _spans_mask(spans: Sequence[Sequence[int]], n: int, source: str, lineno: int) -> np.ndarray:
+    mask = np.zeros(n, dtype=np.float64)
+    end_before = 0
+    for k, (start, end) in enumerate(spans):
+        if not start < end <= n:
+            raise RowsDumpError(source, lineno, f"mask_spans[{k}]",
+                                f"[{start}, {end}) is not a non-empty span inside the row's {n} tokens")
+        if start < end_before:
+            raise RowsDumpError(source, lineno, f"mask_spans[{k}]",
+                                f"[{start}, {end}) overlaps or precedes the previous span (ending at {end_before})")
+        mask[start:end] = 1.0
+        end_before = end
+    return mask
+
+
+def _per_token(obj: Mapping[str, Any], name: str, n: int, source: str, lineno: int) -> np.ndarray:
+    values = obj[name]
+    if len(values) != n:
+        raise RowsDumpError(source, lineno, name, f"has {len(values)} entries; input_ids has {n} (one per token)")
+    return np.asarray(values, dtype=np.float64)
+
+
+def _row(obj: Mapping[str, Any], source: str, lineno: int) -> DumpRow:
+    n = len(obj["input_ids"])
+    input_ids = np.asarray([int(t) for t in obj["input_ids"]], dtype=np.int64)
+    if "token_mask" in obj:
+        mask = _per_token(obj, "token_mask", n, source, lineno)
+    else:
+        mask = _spans_mask(obj["mask_spans"], n, source, lineno)
+    media = obj.get("media_ids")
+    digests = obj.get("pixel_digests")
+    if media is not None and digests is not None and len(digests) != len(media):
+        raise RowsDumpError(source, lineno, "pixel_digests",
+                            f"has {len(digests)} digests for {len(media)} media_ids (one per image)")
+    sentinels = obj.get("routed_experts_sentinel_positions")
+    if sentinels is not None:
+        for k, p in enumerate(sentinels):
+            if p >= n:
+                raise RowsDumpError(source, lineno, f"routed_experts_sentinel_positions[{k}]",
+                                    f"position {p} is past the row's {n} tokens")
+    version = obj.get("generation_policy_version")
+    return DumpRow(
+        line=lineno,
+        scenario=obj["scenario"],
+        step=int(obj["step"]),
+        physical_trace_id=obj.get("physical_trace_id"),
+        logical_rollout_id=obj.get("logical_rollout_id"),
+        parent_index=int(obj["parent_index"]),
+        input_ids=input_ids,
+        token_mask=mask,
+        generation_logprobs=_per_token(obj, "generation_logprobs", n, source, lineno),
+        advantages=_per_token(obj, "advantages", n, source, lineno),
+        trace_index=None if obj.get("trace_index") is None else int(obj["trace_index"]),
+        rollout_advantage=None if obj.get("rollout_advantage") is None else float(obj["rollout_advantage"]),
+        sample_mask=None if obj.get("sample_mask") is None else float(obj["sample_mask"]),
+        generation_policy_version=None if version is None else int(version),
+        media_ids=None if media is None else tuple(media),
+        pixel_digests=None if digests is None else tuple(digests),
+        sentinel_positions=None if sentinels is None else tuple(int(p) for p in sentinels),
+    )
+
+
+def parse_rows_dump(text: str, *, source: str = "<rows dump>") -> RowsDump:
+    """Every row and error line of a dump; the first malformed line raises `RowsDumpError`."""
+    rows: list[DumpRow] = []
+    errors: dict[str, DumpError] = {}
+    for lineno, line in _lines(text):
+        obj = _json_line(line, source, lineno)
+        if not isinstance(obj, dict):
+            raise RowsDumpError(source, lineno, "<line>", f"expected a JSON object, got {type(obj).__name__}")
+        _schema_check("rows-dump", obj, source, lineno)
+        if "error" in obj:
+            err = obj["error"]
+            previous = errors.get(obj["scenario"])
+            if previous is not None:
+                raise RowsDumpError(source, lineno, "error", f"scenario {obj['scenario']!r} already has an error "
+                                    f"line (line {previous.line}); a trainer stops at its first refused step")
+            errors[obj["scenario"]] = DumpError(lineno, obj["scenario"], int(obj["step"]), err["code"],
+                                                err.get("rollout_id"), err.get("turn_id"), err.get("message", ""))
+        else:
+            rows.append(_row(obj, source, lineno))
+    for row in rows:
+        refused = errors.get(row.scenario)
+        if refused is not None and row.step >= refused.step:
+            raise RowsDumpError(source, row.line, "step", f"scenario {row.scenario!r} refused step {refused.step} "
+                                f"(line {refused.line}); it has no rows at step {row.step}")
+    return RowsDump(source=source, rows=tuple(rows), errors=tuple(sorted(errors.values(), key=lambda e: e.line)))
+
+
+def read_rows_dump(path: Path) -> RowsDump:
+    """`parse_rows_dump` of a file."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise RowsDumpError(str(path), 1, "<line>", f"not UTF-8 text ({exc.reason})") from None
+    except OSError as exc:
+        raise ConfigError("invalid_argument", f"cannot read rows dump {path}: {exc.strerror}") from None
+    return parse_rows_dump(text, source=str(path))
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class MetricsDump:
+    """A parsed metrics dump: (scenario, step) → metrics, with the line each came from."""
+
+    source: str
+    values: Mapping[tuple[str, int], Mapping[str, float]]
+    lines: Mapping[tuple[str, int], int]
+
+    def get(self, scenario: str, step: int) -> Mapping[str, float]:
+        """The metrics of one step ({} when the dump has no line for it)."""
+        return self.values.get((scenario, step), {})
+
+
+def parse_metrics_dump(text: str, *, source: str = "<metrics dump>") -> MetricsDump:
+    """Every line of a metrics dump; a repeated (scenario, step) or a malformed line raises `RowsDumpError`."""
+    values: dict[tuple[str, int], dict[str, float]] = {}
+    lines: dict[tuple[str, int], int] = {}
+    for lineno, line in _lines(text):
+        obj = _json_line(line, source, lineno)
+        _schema_check("metrics-dump", obj, source, lineno)
+        key = (obj["scenario"], int(obj["step"]))
+        if key in lines:
+            raise RowsDumpError(source, lineno, "step", f"scenario {key[0]!r} step {key[1]} already has metrics "
+                                f"(line {lines[key]})")
+        lines[key] = lineno
+        values[key] = {k: _NON_FINITE[v] if isinstance(v, str) else float(v) for k, v in obj["metrics"].items()}
+    return MetricsDump(source=source, values=values, lines=lines)
+
+
+def read_metrics_dump(path: Path) -> MetricsDump:
+    """`parse_metrics_dump` of a file."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise RowsDumpError(str(path), 1, "<line>", f"not UTF-8 text ({exc.reason})") from None
+    except OSError as exc:
+        raise ConfigError("invalid_argument", f"cannot read metrics dump {path}: {exc.strerror}") from None
+    return parse_metrics_dump(text, source=str(path))
+
+
+# ---------------------------------------------------------------------------------------- writing
+
+
+def metrics_line(scenario: str, step: int, metrics: Mapping[str, Any]) -> dict[str, Any]:
+    """One metrics-dump line (non-finite values as "nan"/"inf"/"-inf"; non-numeric values dropped)."""
+    out: dict[str, Any] = {}
+    for key in sorted(metrics):
+        value = metrics[key]
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            if isinstance(value, str) and value in _NON_FINITE:
+                out[key] = value
+            continue
+        value = float(value) if isinstance(value, float) else int(value)
+        if isinstance(value, float) and not math.isfinite(value):
+            value = "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+        out[key] = value
+    return {"scenario": scenario, "step": step, "metrics": out}
+
+
+def format_dump(lines: Sequence[Mapping[str, Any]]) -> str:
+    """JSON lines text of rows-dump (or metrics-dump) lines: one compact object per line."""
+    return "".join(json.dumps(dict(line), separators=(",", ":")) + "\n" for line in lines)
+
+
+__all__ = [
+    "DumpError",
+    "DumpRow",
+    "MetricsDump",
+    "RowsDump",
+    "RowsDumpError",
+    "format_dump",
+    "metrics_line",
+    "parse_metrics_dump",
+    "parse_rows_dump",
+    "read_metrics_dump",
+    "read_rows_dump",
+]

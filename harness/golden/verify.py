@@ -1,0 +1,359 @@
+"""Audit an external trainer's rows dump (and metrics) against golden files, with compactsim's own audit.
+
+The dump's rows of each scenario step become an `ObservedStep` and the goldens' expectation is
+decoded back into a `ScenarioExpectation`; `harness.audit.audit_run` then compares them exactly
+as `compactsim run` does. Rows are matched by physical trace id, real rows are put in id order
+and padding rows last, so the order of the dump's lines never matters.
+
+An optional field a line leaves out is *not checked*: the observed value is taken from the
+expectation and the report counts the rows per missing field (`ScenarioVerdict.not_checked`).
+Without a metrics dump, no metric is checked. The logical rollout a `parent_index` names is the
+one most rows with that index claim (ties: the smallest id), so a row whose `parent_index` points
+at another rollout's slot is reported as `row.owner`.
+"""
+
+from __future__ import annotations
+
+import math
+import shlex
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from harness.audit import (
+    AuditReport,
+    Finding,
+    ObservedError,
+    ObservedLogical,
+    ObservedRow,
+    ObservedRun,
+    ObservedStep,
+    Tolerances,
+    audit_run,
+)
+from harness.core.expectations import ExpectedRollout, ExpectedRow, ExpectedStep, ScenarioExpectation
+from harness.golden.reader import Golden, GoldenScenario
+from harness.golden.rows_dump import DumpRow, MetricsDump, RowsDump, RowsDumpError
+
+#: Optional row fields, in the order `not_checked` reports them.
+OPTIONAL_FIELDS: tuple[str, ...] = (
+    "trace_index",
+    "rollout_advantage",
+    "sample_mask",
+    "generation_policy_version",
+    "media_ids",
+    "pixel_digests",
+    "routed_experts_sentinel_positions",
+)
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class ScenarioVerdict:
+    """The audit of one golden scenario against the dump."""
+
+    name: str
+    report: AuditReport
+    #: Optional field → number of real rows (rollouts, for rollout_advantage) that left it out.
+    not_checked: Mapping[str, int]
+    #: Physical trace id → logical rollout id (from the goldens, else the dump), for display.
+    rollout_of: Mapping[str, str]
+    #: (step, physical trace id) → dump line numbers of rows claiming it.
+    lines_of: Mapping[tuple[int, str], tuple[int, ...]]
+    reproduce: str
+
+    @property
+    def passed(self) -> bool:
+        return self.report.passed
+
+    @property
+    def findings(self) -> tuple[Finding, ...]:
+        return self.report.findings
+
+    def rollout(self, finding: Finding) -> str | None:
+        """The logical rollout a finding is about (via its row), when it names a row."""
+        return None if finding.row is None else self.rollout_of.get(finding.row)
+
+    def dump_lines(self, finding: Finding) -> tuple[int, ...]:
+        if finding.row is None or finding.step is None:
+            return ()
+        return self.lines_of.get((finding.step, finding.row), ())
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "scenario": self.name,
+            "passed": self.passed,
+            "expected": self.report.expected,
+            "observed": self.report.observed,
+            "steps_audited": self.report.steps_audited,
+            "rows_audited": self.report.rows_audited,
+            "tokens_audited": self.report.tokens_audited,
+            "not_checked": dict(self.not_checked),
+            "reproduce": self.reproduce,
+            "findings": [
+                {**f.to_json(), "rollout": self.rollout(f), "dump_lines": list(self.dump_lines(f))}
+                for f in self.findings
+            ],
+        }
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class VerifyReport:
+    """Every audited scenario's verdict."""
+
+    golden: str
+    dump: str
+    metrics: str | None
+    scenarios: tuple[ScenarioVerdict, ...]
+
+    @property
+    def passed(self) -> bool:
+        return all(s.passed for s in self.scenarios)
+
+    @property
+    def findings(self) -> tuple[Finding, ...]:
+        return tuple(f for s in self.scenarios for f in s.findings)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "golden": self.golden,
+            "dump": self.dump,
+            "metrics": self.metrics,
+            "passed": self.passed,
+            "findings": len(self.findings),
+            "scenarios": [s.to_json() for s in self.scenarios],
+        }
+
+
+# ------------------------------------------------------------------------------------- observed
+
+
+def _choose_id(claims: Sequence[str | None]) -> str | None:
+    """The id most rows claim (ties: the smallest); None when no row names one."""
+    counts = Counter(c for c in claims if c is not None)
+    if not counts:
+        return None
+    top = max(counts.values())
+    return min(c for c, n in counts.items() if n == top)
+
+
+def _observed_row(
+    index: int, row: DumpRow, want: ExpectedRow | None, missing: Counter[str]
+) -> ObservedRow:
+    def pick(name: str, value: Any, fallback: Any) -> Any:
+        if value is not None:
+            return value
+        if want is not None:
+            missing[name] += 1
+        return fallback
+
+    if row.is_padding:
+        return ObservedRow(
+            row_index=index, physical_trace_id=row.physical_trace_id, logical_rollout_id=row.logical_rollout_id,
+            parent_index=-1, trace_index=-1 if row.trace_index is None else row.trace_index,
+            input_ids=row.input_ids, length=row.length, token_mask=row.token_mask,
+            generation_logprobs=row.generation_logprobs, advantages=row.advantages,
+            sample_mask=0.0 if row.sample_mask is None else row.sample_mask,
+        )
+    return ObservedRow(
+        row_index=index,
+        physical_trace_id=row.physical_trace_id,
+        logical_rollout_id=row.logical_rollout_id,
+        parent_index=row.parent_index,
+        trace_index=pick("trace_index", row.trace_index, want.trace_index if want else -1),
+        input_ids=row.input_ids,
+        length=row.length,
+        token_mask=row.token_mask,
+        generation_logprobs=row.generation_logprobs,
+        advantages=row.advantages,
+        sample_mask=pick("sample_mask", row.sample_mask, want.sample_mask if want else 1.0),
+        media_ids=pick("media_ids", row.media_ids, want.media_ids if want else ()),
+        pixel_digests=pick("pixel_digests", row.pixel_digests, want.pixel_digests if want else ()),
+        declared_sentinel_positions=pick("routed_experts_sentinel_positions", row.sentinel_positions,
+                                         want.sentinel_positions if want else ()),
+        routes=None,
+        generation_policy_version=(
+            pick("generation_policy_version", row.generation_policy_version, want.generation_policy_version)
+            if want is not None and want.generation_policy_version is not None
+            else (-1 if row.generation_policy_version is None else row.generation_policy_version)
+        ),
+    )
+
+
+def _logical(
+    real: Sequence[DumpRow], expected: Mapping[str, ExpectedRollout], missing: Counter[str]
+) -> tuple[ObservedLogical, ...]:
+    """The step's logical rollouts, indexed by `parent_index`, as the dump's rows describe them."""
+    bound = len(real) + len(expected)
+    by_parent: dict[int, list[DumpRow]] = {}
+    for row in real:
+        if row.parent_index < bound:
+            by_parent.setdefault(row.parent_index, []).append(row)
+    size = max(by_parent, default=-1) + 1
+    out: list[ObservedLogical] = []
+    for k in range(size):
+        rows = by_parent.get(k, [])
+        rid = _choose_id([r.logical_rollout_id for r in rows])
+        if rid is None:
+            out.append(ObservedLogical(index=k, rollout_id=f"<no row has parent_index {k}>", advantage=math.nan))
+            continue
+        stated = sorted(((str(r.physical_trace_id), r.rollout_advantage) for r in rows
+                         if r.logical_rollout_id == rid and r.rollout_advantage is not None))
+        want = expected.get(rid)
+        if stated:
+            advantage = float(stated[0][1])  # type: ignore[arg-type]
+        else:
+            advantage = float(want.advantage) if want is not None and want.advantage is not None else math.nan
+            if want is not None:
+                missing["rollout_advantage"] += 1
+        out.append(ObservedLogical(index=k, rollout_id=rid, advantage=advantage))
+    return tuple(out)
+
+
+def _content_order(row: DumpRow) -> tuple[Any, ...]:
+    """Sort key of a real row: its id, then its content (two rows claiming one id keep one order in any dump)."""
+    return (str(row.physical_trace_id), row.input_ids.tobytes(), row.token_mask.tobytes(),
+            row.generation_logprobs.tobytes(), row.advantages.tobytes(), row.line)
+
+
+def observed_step(
+    step: int,
+    rows: Sequence[DumpRow],
+    expected: ExpectedStep | None,
+    *,
+    dp_size: int,
+    micro_batch_size: int,
+    metrics: Mapping[str, float] | None,
+    missing: Counter[str],
+) -> ObservedStep:
+    """The audit's view of one step of the dump (real rows in physical-trace-id order, then padding)."""
+    want_rows = {r.physical_trace_id: r for r in (expected.rows if expected else ())}
+    want_rollouts = {r.rollout_id: r for r in (expected.rollouts if expected else ())}
+    real = sorted((r for r in rows if not r.is_padding), key=_content_order)
+    padding = sorted((r for r in rows if r.is_padding), key=lambda r: r.line)
+    observed = [_observed_row(k, r, want_rows.get(str(r.physical_trace_id)), missing) for k, r in enumerate(real)]
+    observed += [_observed_row(len(real) + k, r, None, missing) for k, r in enumerate(padding)]
+    return ObservedStep(
+        step=step,
+        rows=tuple(observed),
+        logical=_logical(real, want_rollouts, missing),
+        metrics=dict(metrics or {}),
+        dp_size=dp_size,
+        micro_batch_size=micro_batch_size,
+    )
+
+
+def without_metrics(expectation: ScenarioExpectation) -> ScenarioExpectation:
+    """The same expectation with no metric check (used when no metrics dump is given)."""
+    return replace(
+        expectation,
+        steps=tuple(replace(s, exact_metrics={}, metric_expectations=()) for s in expectation.steps),
+        metric_expectations=(),
+    )
+
+
+# ---------------------------------------------------------------------------------------- verify
+
+
+def verify_scenario(
+    golden: GoldenScenario,
+    dump: RowsDump,
+    metrics: MetricsDump | None,
+    *,
+    tolerances: Tolerances | None = None,
+    reproduce: str = "",
+) -> ScenarioVerdict:
+    """Audit one golden scenario against its rows (and metrics) in the dump."""
+    name = golden.name
+    expectation = golden.expectation if metrics is not None else without_metrics(golden.expectation)
+    by_step = {s.step: s for s in expectation.steps}
+    rows = dump.rows_of(name)
+    missing: Counter[str] = Counter()
+    steps = []
+    for step in sorted({r.step for r in rows}):
+        steps.append(observed_step(
+            step, [r for r in rows if r.step == step], by_step.get(step),
+            dp_size=golden.trainer.dp_size, micro_batch_size=golden.trainer.micro_batch_size,
+            metrics=None if metrics is None else metrics.get(name, step), missing=missing,
+        ))
+    refused = dump.error_of(name)
+    error = None if refused is None else ObservedError(
+        code=refused.code, rollout_id=refused.rollout_id, turn_id=refused.turn_id, step=refused.step,
+        stage="trainer", message=refused.message or f"dump line {refused.line}",
+    )
+    if tolerances is not None:
+        tol = tolerances
+    elif golden.tolerances is not None:
+        tol = Tolerances(**golden.tolerances)
+    else:
+        tol = Tolerances.for_dtype(golden.trainer.precision)
+    report = audit_run(expectation, ObservedRun(steps=tuple(steps), error=error), tolerances=tol, reproduce=reproduce)
+    rollout_of: dict[str, str] = {}
+    for r in rows:
+        if r.physical_trace_id is not None and r.logical_rollout_id is not None:
+            rollout_of.setdefault(r.physical_trace_id, r.logical_rollout_id)
+    for s in expectation.steps:
+        rollout_of.update({r.physical_trace_id: r.logical_rollout_id for r in s.rows})
+    lines: dict[tuple[int, str], list[int]] = {}
+    for r in rows:
+        if r.physical_trace_id is not None:
+            lines.setdefault((r.step, r.physical_trace_id), []).append(r.line)
+    return ScenarioVerdict(
+        name=name,
+        report=report,
+        not_checked={f: missing[f] for f in OPTIONAL_FIELDS if missing[f]},
+        rollout_of=rollout_of,
+        lines_of={k: tuple(sorted(v)) for k, v in lines.items()},
+        reproduce=reproduce,
+    )
+
+
+def verify_reproduce(golden_dir: str, dump_path: str, metrics_path: str | None, scenario: str) -> str:
+    """The command that re-audits one scenario."""
+    parts = ["compactsim", "verify", golden_dir, dump_path]
+    if metrics_path:
+        parts += ["--metrics", metrics_path]
+    return shlex.join([*parts, "--scenario", scenario])
+
+
+def verify_dump(
+    golden: Golden,
+    dump: RowsDump,
+    metrics: MetricsDump | None = None,
+    *,
+    tolerances: Tolerances | None = None,
+    reproduce: Callable[[str], str] | None = None,
+) -> VerifyReport:
+    """Audit every scenario `golden` holds against `dump` (a dump line for a scenario the goldens lack is malformed)."""
+    known = {e.name for e in golden.manifest.scenarios}
+    for row in dump.rows:
+        if row.scenario not in known:
+            raise RowsDumpError(dump.source, row.line, "scenario", f"{row.scenario!r} is not in the goldens at "
+                                f"{golden.directory}")
+    for err in dump.errors:
+        if err.scenario not in known:
+            raise RowsDumpError(dump.source, err.line, "scenario", f"{err.scenario!r} is not in the goldens at "
+                                f"{golden.directory}")
+    metrics_source = None if metrics is None else metrics.source
+    if metrics is not None:
+        for (scenario, _), line in sorted(metrics.lines.items(), key=lambda kv: kv[1]):
+            if scenario not in known:
+                raise RowsDumpError(metrics.source, line, "scenario",
+                                    f"{scenario!r} is not in the goldens at {golden.directory}")
+    make = reproduce or (lambda name: verify_reproduce(str(golden.directory), dump.source, metrics_source, name))
+    verdicts = tuple(
+        verify_scenario(g, dump, metrics, tolerances=tolerances, reproduce=make(g.name)) for g in golden.scenarios
+    )
+    return VerifyReport(golden=str(golden.directory), dump=dump.source, metrics=metrics_source, scenarios=verdicts)
+
+
+__all__ = [
+    "OPTIONAL_FIELDS",
+    "ScenarioVerdict",
+    "VerifyReport",
+    "observed_step",
+    "verify_dump",
+    "verify_reproduce",
+    "verify_scenario",
+    "without_metrics",
+]
