@@ -35,11 +35,9 @@ from __future__ import annotations
 import json
 import os
 import sys
-import threading
 import time
-import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import ExitStack, contextmanager
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -57,6 +55,7 @@ from harness.audit import (
     rgb_pixel_digest,
 )
 from agents.ray_local import local_ray
+from mock_servers.serving import ServerMode, open_mock_servers
 from harness.core.artifacts import encode_step_artifact, meta_to_json
 from harness.core.errors import CompactsimError, ConfigError, ContractError
 from harness.report.records import RolloutView, ScenarioRecord, SuiteRecord
@@ -71,7 +70,6 @@ TRACE_STEPS = 1
 MAX_TRACE_STEPS = 3
 
 Executor = Literal["local", "ray"]
-ServerMode = Literal["inprocess", "http"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,64 +158,10 @@ def prepare_scenario(scenario: Any, options: RunOptions) -> Any:
 # servers
 
 
-@dataclass(frozen=True)
-class _OpenServers:
-    """Clients opened once for a whole run, handed to `agents.collect` as its `Servers`."""
-
-    model: Any
-    reward: Any
-
-    @contextmanager
-    def open(self) -> Iterator[tuple[Any, Any]]:
-        yield self.model, self.reward
-
-
-@contextmanager
-def _serve_http(app: Any) -> Iterator[str]:
-    """Serve `app` with uvicorn on 127.0.0.1 (a free port) in a thread; yields its base URL."""
-    import uvicorn
-
-    server = uvicorn.Server(uvicorn.Config(app, host=HOST, port=0, log_level="warning", access_log=False, lifespan="off"))
-    thread = threading.Thread(target=server.run, name="compactsim-server", daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30.0
-    while not server.started:
-        if not thread.is_alive() or time.monotonic() > deadline:
-            raise ConfigError("invalid_config", "the mock server did not start on 127.0.0.1 within 30 s")
-        time.sleep(0.01)
-    port = server.servers[0].sockets[0].getsockname()[1]
-    try:
-        yield f"http://{HOST}:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=30.0)
-
-
-@contextmanager
 def open_servers(model_settings: Mapping[str, Any], reward_settings: Mapping[str, Any],
-                 mode: ServerMode = "inprocess") -> Iterator[_OpenServers]:
+                 mode: ServerMode = "inprocess"):  # -> ContextManager[OpenServers]
     """The scenario's mock model and reward servers with one client each, open for the whole run."""
-    import httpx
-
-    with warnings.catch_warnings():  # starlette's note about httpx2 says nothing about this run
-        warnings.filterwarnings("ignore", message="Using `httpx` with `starlette.testclient`")
-        from fastapi.testclient import TestClient
-
-    from mock_servers.model_server import ServerSettings, create_app
-    from mock_servers.reward_server import RewardSettings
-    from mock_servers.reward_server import create_app as create_reward_app
-
-    model_app = create_app(ServerSettings.model_validate(dict(model_settings)))
-    reward_app = create_reward_app(RewardSettings.model_validate(dict(reward_settings)))
-    with ExitStack() as stack:
-        if mode == "http":
-            timeout = httpx.Timeout(60.0)
-            model = stack.enter_context(httpx.Client(base_url=stack.enter_context(_serve_http(model_app)), timeout=timeout))
-            reward = stack.enter_context(httpx.Client(base_url=stack.enter_context(_serve_http(reward_app)), timeout=timeout))
-        else:
-            model = stack.enter_context(TestClient(model_app, base_url="http://model"))
-            reward = stack.enter_context(TestClient(reward_app, base_url="http://reward"))
-        yield _OpenServers(model, reward)
+    return open_mock_servers(model_settings, reward_settings, mode)
 
 
 def _push_weights(client: Any, state: Any) -> None:

@@ -34,10 +34,9 @@ from __future__ import annotations
 
 import json
 import math
-import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import ExitStack, contextmanager
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
@@ -45,6 +44,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from harness.core import metrics as M
+from mock_servers.serving import OpenServers, open_mock_servers
 from harness.core.artifacts import StepArtifact, encode_step_artifact, meta_to_json
 from harness.core.errors import ConfigError
 from harness.core.seeds import check_seed, derive_int
@@ -272,49 +272,12 @@ def group_specs(recipe: RunRecipe, seed: int, group: int) -> list[Any]:
     ]
 
 
-@dataclass(frozen=True)
-class _Clients:
-    """Already-open clients, handed to `agents.collect` as its `Servers` (they stay open for the run)."""
-
-    model: Any
-    reward: Any
-
-    @contextmanager
-    def open(self) -> Iterator[tuple[Any, Any]]:
-        yield self.model, self.reward
-
-
 @contextmanager
-def _serve_http(app: Any) -> Iterator[str]:
-    """Serve `app` with uvicorn on 127.0.0.1 on a free port in a background thread; yields its base URL."""
-    import uvicorn
-
-    server = uvicorn.Server(uvicorn.Config(app, host=HOST, port=0, log_level="warning", access_log=False, lifespan="off"))
-    thread = threading.Thread(target=server.run, name="compactsim-uvicorn", daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30.0
-    while not server.started:
-        if not thread.is_alive() or time.monotonic() > deadline:
-            raise RuntimeError("the mock server did not start on 127.0.0.1")
-        time.sleep(0.01)
-    port = server.servers[0].sockets[0].getsockname()[1]
-    try:
-        yield f"http://{HOST}:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=30.0)
-
-
-@contextmanager
-def open_servers(run: TrainRunConfig, cfg: TrainerConfig, total_groups: int) -> Iterator[_Clients]:
+def open_servers(run: TrainRunConfig, cfg: TrainerConfig, total_groups: int) -> Iterator[OpenServers]:
     """The mock model server (policy mode, the run's seed) and reward server, with one client each."""
-    import httpx
-    from fastapi.testclient import TestClient
-
     from agents import server_script
-    from mock_servers.model_server import ServerSettings, create_app
+    from mock_servers.model_server import ServerSettings
     from mock_servers.reward_server import RewardSettings
-    from mock_servers.reward_server import create_app as create_reward_app
 
     specs = [s for g in range(total_groups) for s in group_specs(run.recipe, run.seed, g)]
     model_settings = ServerSettings.model_validate({
@@ -325,19 +288,12 @@ def open_servers(run: TrainRunConfig, cfg: TrainerConfig, total_groups: int) -> 
         "policy": {"dtype": "float64" if cfg.policy.precision == "float64" else "float32"},
     })
     reward_settings = RewardSettings.model_validate({"rule": {"kind": "pattern", "pattern": list(run.recipe.reward_pattern)}})
-    model_app, reward_app = create_app(model_settings), create_reward_app(reward_settings)
-    with ExitStack() as stack:
-        if run.server == "http":
-            timeout = httpx.Timeout(60.0)
-            model = stack.enter_context(httpx.Client(base_url=stack.enter_context(_serve_http(model_app)), timeout=timeout))
-            reward = stack.enter_context(httpx.Client(base_url=stack.enter_context(_serve_http(reward_app)), timeout=timeout))
-        else:
-            model = stack.enter_context(TestClient(model_app, base_url="http://model"))
-            reward = stack.enter_context(TestClient(reward_app, base_url="http://reward"))
-        yield _Clients(model, reward)
+    with open_mock_servers(model_settings.model_dump(mode="json"), reward_settings.model_dump(mode="json"),
+                           run.server) as servers:
+        yield servers
 
 
-def collect_groups(clients: _Clients, run: TrainRunConfig, groups: Sequence[int]) -> list[Any]:
+def collect_groups(clients: OpenServers, run: TrainRunConfig, groups: Sequence[int]) -> list[Any]:
     """Run every rollout of prompt groups `groups` (in order); each must complete.
 
     A failed rollout here is a harness problem (the servers run no faults), not a finding.
