@@ -42,6 +42,18 @@ class UnitLineageRecord:
         }
 
 
+def _transformation_json(record: TransformationLineage | LineageDelta) -> dict[str, Any]:
+    """The transformation fields a lineage record and its delta share, in Gym's order, with Gym's constants."""
+    return {
+        "transformation_type": record.transformation_type,
+        "transformation_version": record.transformation_version,
+        "configuration_digest": record.configuration_digest,
+        "deterministic": True,
+        "lossy": record.lossy,
+        "generator_contract_id": None,
+    }
+
+
 @dataclass(frozen=True, slots=True)
 class TransformationLineage:
     """Gym's `TransformationLineageRecord`: one record per semantic part of the history."""
@@ -56,12 +68,7 @@ class TransformationLineage:
     def to_json(self) -> dict[str, Any]:
         return {
             "transformation_id": self.transformation_id,
-            "transformation_type": self.transformation_type,
-            "transformation_version": self.transformation_version,
-            "configuration_digest": self.configuration_digest,
-            "deterministic": True,
-            "lossy": self.lossy,
-            "generator_contract_id": None,
+            **_transformation_json(self),
             "unit_records": [u.to_json() for u in self.unit_records],
             "validator_result": "passed",
         }
@@ -131,12 +138,7 @@ class LineageDelta:
         return {
             "transformation_id": self.transformation_id,
             "parent_transformation_id": self.parent_transformation_id,
-            "transformation_type": self.transformation_type,
-            "transformation_version": self.transformation_version,
-            "configuration_digest": self.configuration_digest,
-            "deterministic": True,
-            "lossy": self.lossy,
-            "generator_contract_id": None,
+            **_transformation_json(self),
             "unit_upserts": [u.to_json() for u in self.unit_upserts],
             "source_unit_count": self.source_unit_count,
             "state_digest": self.state_digest,

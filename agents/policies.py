@@ -7,9 +7,9 @@ and `ThinkStripPolicy` are compactsim's custom policies built on the same plan s
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from pydantic import BaseModel
 
@@ -26,6 +26,9 @@ from agents.lineage import Disposition, PolicyDecision, build_lineage
 from harness.core.digests import canonical_digest, ordered_id_digest
 
 EventPart = tuple[SemanticEvent, SemanticPart]
+#: (disposition, output unit ids, output digests) per source part id, as `build_lineage` reads it.
+_Dispositions = dict[str, tuple[Disposition, tuple[str, ...], tuple[str, ...]]]
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,26 +77,39 @@ class HistoryPolicy(Protocol):
     def plan(self, history: SemanticHistory, *, decision_turn: int) -> HistoryViewPlan: ...
 
 
-def _omitted_runs(parts: Sequence[EventPart], omitted: set[str]) -> tuple[tuple[str, str], ...]:
-    """`changed_part_ranges`: (first, last) of each run of consecutive omitted parts."""
-    runs: list[tuple[str, str]] = []
-    current: list[str] = []
-    for _, part in parts:
-        if part.part_id in omitted:
-            current.append(part.part_id)
+def _consecutive_runs(items: Iterable[_T], selected: Callable[[_T], bool]) -> list[list[_T]]:
+    """The maximal runs of consecutive selected items, in order."""
+    runs: list[list[_T]] = []
+    current: list[_T] = []
+    for item in items:
+        if selected(item):
+            current.append(item)
         elif current:
-            runs.append((current[0], current[-1]))
+            runs.append(current)
             current = []
     if current:
-        runs.append((current[0], current[-1]))
-    return tuple(runs)
+        runs.append(current)
+    return runs
+
+
+def _omitted_runs(parts: Sequence[EventPart], omitted: set[str]) -> tuple[tuple[str, str], ...]:
+    """`changed_part_ranges`: (first, last) of each run of consecutive omitted parts."""
+    ids = (part.part_id for _, part in parts)
+    return tuple((run[0], run[-1]) for run in _consecutive_runs(ids, omitted.__contains__))
 
 
 def _kept(event: SemanticEvent, part: SemanticPart) -> tuple[Disposition, tuple[str, ...], tuple[str, ...]]:
     return ("kept", (part.part_id,), (semantic_part_digest(event, part),))
 
 
-def _decision(
+def _keep_all_but(parts: Sequence[EventPart], excluded: Iterable[str]) -> tuple[list[KeepRef], _Dispositions]:
+    """Every part not in `excluded`, in history order, with its `kept` disposition."""
+    skip = set(excluded)
+    kept = [(e, p) for e, p in parts if p.part_id not in skip]
+    return [KeepRef(e.event_id, p.part_id) for e, p in kept], {p.part_id: _kept(e, p) for e, p in kept}
+
+
+def _view_plan(
     policy: HistoryPolicy,
     history: SemanticHistory,
     *,
@@ -102,11 +118,14 @@ def _decision(
     omitted: Sequence[str],
     protected: Iterable[str],
     artifacts: Sequence[Artifact],
-    dispositions: dict[str, tuple[Disposition, tuple[str, ...], tuple[str, ...]]],
-) -> PolicyDecision:
-    """The decision record shared by every selecting policy (recency's formulas)."""
+    dispositions: _Dispositions,
+) -> HistoryViewPlan:
+    """The plan and decision record shared by every selecting policy (recency's formulas).
+
+    `IdentityPolicy` builds its own record: Gym's identity `selection_digest` has no omitted section.
+    """
     retained = tuple(ref.part_id for ref in keep)
-    return PolicyDecision(
+    decision = PolicyDecision(
         policy_name=policy.name,
         policy_version=policy.version,
         config_digest=policy.config_digest,
@@ -126,6 +145,7 @@ def _decision(
             lossy=bool(omitted),
         ),
     )
+    return HistoryViewPlan(keep=tuple(keep), artifacts=tuple(artifacts), decision=decision)
 
 
 def _reasoning_turns(parts: Sequence[EventPart]) -> list[int]:
@@ -158,8 +178,7 @@ class IdentityPolicy:
         self.config_digest = canonical_digest({"type": self.name})
 
     def plan(self, history: SemanticHistory, *, decision_turn: int) -> HistoryViewPlan:
-        parts = history.parts
-        keep = tuple(KeepRef(e.event_id, p.part_id) for e, p in parts)
+        keep, dispositions = _keep_all_but(history.parts, ())
         retained = tuple(ref.part_id for ref in keep)
         decision = PolicyDecision(
             policy_name=self.name,
@@ -177,11 +196,11 @@ class IdentityPolicy:
                 transformation_type="identity",
                 transformation_version=self.version,
                 configuration_digest=self.config_digest,
-                dispositions={p.part_id: _kept(e, p) for e, p in parts},
+                dispositions=dispositions,
                 lossy=False,
             ),
         )
-        return HistoryViewPlan(keep=keep, artifacts=(), decision=decision)
+        return HistoryViewPlan(keep=tuple(keep), artifacts=(), decision=decision)
 
 
 class RecencyPolicy(_ConfiguredPolicy):
@@ -258,17 +277,7 @@ class RecencyPolicy(_ConfiguredPolicy):
         by_source: dict[str, Artifact] = {}
         marker = cfg.images.omission_marker if cfg.images.enabled else None
         if marker:
-            runs: list[list[tuple[str, list[EventPart]]]] = []
-            run: list[tuple[str, list[EventPart]]] = []
-            for group in groups:
-                if group[0] not in retained_groups:
-                    run.append(group)
-                elif run:
-                    runs.append(run)
-                    run = []
-            if run:
-                runs.append(run)
-            for run in runs:
+            for run in _consecutive_runs(groups, lambda group: group[0] not in retained_groups):
                 sources = tuple(p.part_id for _, members in run for _, p in members)
                 artifact = Artifact(
                     artifact_id=f"omission-{self.config_digest[:12]}-{sources[0]}",
@@ -281,7 +290,7 @@ class RecencyPolicy(_ConfiguredPolicy):
                     by_source[pid] = artifact
 
         kept_ids = {ref.part_id for ref in keep}
-        dispositions: dict[str, tuple[Disposition, tuple[str, ...], tuple[str, ...]]] = {}
+        dispositions: _Dispositions = {}
         for event, part in parts:
             if part.part_id in kept_ids:
                 dispositions[part.part_id] = _kept(event, part)
@@ -294,7 +303,7 @@ class RecencyPolicy(_ConfiguredPolicy):
                     {"type": "omission_marker", "artifact_id": artifact.artifact_id, "text": artifact.text}
                 )
                 dispositions[part.part_id] = ("replaced", (artifact.artifact_id,), (out_digest,))
-        decision = _decision(
+        return _view_plan(
             self,
             history,
             decision_turn=decision_turn,
@@ -304,7 +313,6 @@ class RecencyPolicy(_ConfiguredPolicy):
             artifacts=artifacts,
             dispositions=dispositions,
         )
-        return HistoryViewPlan(keep=tuple(keep), artifacts=tuple(artifacts), decision=decision)
 
 
 class SummaryPolicy(_ConfiguredPolicy):
@@ -331,10 +339,8 @@ class SummaryPolicy(_ConfiguredPolicy):
             for e, p in parts
             if covered is not None and not e.is_initial_context and covered[0] <= e.turn_id <= covered[1]
         ]
-        span_ids = {p.part_id for _, p in span}
-        keep = [KeepRef(e.event_id, p.part_id) for e, p in parts if p.part_id not in span_ids]
+        keep, dispositions = _keep_all_but(parts, (p.part_id for _, p in span))
         artifacts: list[Artifact] = []
-        dispositions = {p.part_id: _kept(e, p) for e, p in parts if p.part_id not in span_ids}
         if span:
             assert covered is not None
             first, last = span[0][1].part_id, span[-1][1].part_id
@@ -350,7 +356,7 @@ class SummaryPolicy(_ConfiguredPolicy):
             out_digest = canonical_digest({"type": "summary", "artifact_id": artifact.artifact_id, "text": text})
             for _, p in span:
                 dispositions[p.part_id] = ("summarized", (artifact.artifact_id,), (out_digest,))
-        decision = _decision(
+        return _view_plan(
             self,
             history,
             decision_turn=decision_turn,
@@ -360,7 +366,6 @@ class SummaryPolicy(_ConfiguredPolicy):
             artifacts=artifacts,
             dispositions=dispositions,
         )
-        return HistoryViewPlan(keep=tuple(keep), artifacts=tuple(artifacts), decision=decision)
 
 
 class ToolOutputTruncationPolicy(_ConfiguredPolicy):
@@ -392,15 +397,14 @@ class ToolOutputTruncationPolicy(_ConfiguredPolicy):
                 source_part_ids=(part.part_id,),
                 item=item,
             )
-        keep = [KeepRef(e.event_id, p.part_id) for e, p in parts if p.part_id not in truncated]
-        dispositions = {p.part_id: _kept(e, p) for e, p in parts if p.part_id not in truncated}
+        keep, dispositions = _keep_all_but(parts, truncated)
         for pid, artifact in truncated.items():
             out_digest = canonical_digest(
                 {"type": "tool_output_truncation", "artifact_id": artifact.artifact_id, "item": artifact.item}
             )
             dispositions[pid] = ("transformed", (artifact.artifact_id,), (out_digest,))
         artifacts = [truncated[p.part_id] for _, p in parts if p.part_id in truncated]
-        decision = _decision(
+        return _view_plan(
             self,
             history,
             decision_turn=decision_turn,
@@ -410,7 +414,6 @@ class ToolOutputTruncationPolicy(_ConfiguredPolicy):
             artifacts=artifacts,
             dispositions=dispositions,
         )
-        return HistoryViewPlan(keep=tuple(keep), artifacts=tuple(artifacts), decision=decision)
 
 
 class ThinkStripPolicy(_ConfiguredPolicy):
@@ -427,12 +430,9 @@ class ThinkStripPolicy(_ConfiguredPolicy):
         k = self.config.keep_last_turns
         kept_turns = set(turns[-k:] if k else [])
         omitted = [p.part_id for e, p in parts if p.kind == "reasoning" and e.turn_id not in kept_turns]
-        omitted_set = set(omitted)
-        keep = [KeepRef(e.event_id, p.part_id) for e, p in parts if p.part_id not in omitted_set]
-        dispositions: dict[str, tuple[Disposition, tuple[str, ...], tuple[str, ...]]] = {
-            p.part_id: (("dropped", (), ()) if p.part_id in omitted_set else _kept(e, p)) for e, p in parts
-        }
-        decision = _decision(
+        keep, dispositions = _keep_all_but(parts, omitted)
+        dispositions.update((pid, ("dropped", (), ())) for pid in omitted)
+        return _view_plan(
             self,
             history,
             decision_turn=decision_turn,
@@ -442,7 +442,6 @@ class ThinkStripPolicy(_ConfiguredPolicy):
             artifacts=(),
             dispositions=dispositions,
         )
-        return HistoryViewPlan(keep=tuple(keep), artifacts=(), decision=decision)
 
 
 _POLICIES: dict[str, tuple[type[_ConfiguredPolicy], type[BaseModel]]] = {

@@ -328,13 +328,17 @@ def check_row_routes(report: Reporter, want: ExpectedRow, got: ObservedRow) -> l
             actual = got.routes[p].tolist() if got.routes is not None and p < got.routes.shape[0] else None
             out.append(report("row.sentinel", f"boundary position {p} (last token of a non-final trace) does not "
                               "carry the all -1 route sentinel", expected=-1, actual=actual, row=rid, position=p))
+    repaired_as_sentinel: set[int] = set()
     for p in want.repaired_positions:
         if p not in sentinels and _sentinel_at(got, p):
-            out.append(report("row.sentinel", f"position {p} carries the sentinel but its placeholder must be repaired "
-                              "from the next call's prefill", expected="repaired route", actual=-1, row=rid, position=p))
+            repaired_as_sentinel.add(p)
+            # without routes, the sentinel is a declaration: one finding names both facts
+            what = "is declared a sentinel but is no boundary;" if got.routes is None else "carries the sentinel but"
+            out.append(report("row.sentinel", f"position {p} {what} its placeholder must be repaired from the next "
+                              "call's prefill", expected="repaired route", actual=-1, row=rid, position=p))
     declared = set(got.declared_sentinel_positions)
     if got.routes is None:
-        for p in sorted(declared - sentinels):
+        for p in sorted(declared - sentinels - repaired_as_sentinel):
             out.append(report("row.sentinel", f"position {p} is declared a sentinel but is no boundary",
                               expected="route", actual=-1, row=rid, position=p))
     if want.routes is not None and got.routes is not None:

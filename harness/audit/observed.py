@@ -7,14 +7,15 @@ batch's sequence length exactly as the trainer had them.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import torch
 
-from harness.core.artifacts import StepArtifact
+from harness.core.artifacts import StepArtifact, pixel_digest
+from harness.core.digests import bytes_digest
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -112,15 +113,20 @@ def rgb_pixel_digest(pixels: Any) -> str:
 
     `pixels` is a (3, H, W) float tensor/array in [0, 1] (what a batch carries) or an
     (H, W, 3) uint8 array (a decoded image); both give the same digest for the same image.
+    Float pixels go through `harness.core.artifacts.pixel_digest` (what step artifacts record), so
+    the audit and the artifacts share one formula; the oracle keeps its own.
     """
-    arr = pixels.detach().to("cpu").double().numpy() if hasattr(pixels, "detach") else np.asarray(pixels)
-    if arr.dtype != np.uint8:
-        if arr.ndim != 3 or arr.shape[0] != 3:
-            raise ValueError(f"float pixels must be (3, H, W); got shape {arr.shape}")
-        arr = np.clip(np.rint(arr.astype(np.float64) * 255.0), 0, 255).astype(np.uint8).transpose(1, 2, 0)
-    if arr.ndim != 3 or arr.shape[2] != 3:
-        raise ValueError(f"uint8 pixels must be (H, W, 3); got shape {arr.shape}")
-    return hashlib.sha256(np.ascontiguousarray(arr).tobytes()).hexdigest()
+    if hasattr(pixels, "detach"):
+        arr = pixels
+    else:
+        arr = np.asarray(pixels)
+        if arr.dtype == np.uint8:
+            if arr.ndim != 3 or arr.shape[2] != 3:
+                raise ValueError(f"uint8 pixels must be (H, W, 3); got shape {arr.shape}")
+            return bytes_digest(np.ascontiguousarray(arr).tobytes())
+    if arr.ndim != 3 or arr.shape[0] != 3:
+        raise ValueError(f"float pixels must be (3, H, W); got shape {tuple(arr.shape)}")
+    return pixel_digest(arr if hasattr(arr, "detach") else torch.from_numpy(arr.astype(np.float64)))
 
 
 def observed_from_artifact(

@@ -185,6 +185,16 @@ def test_declared_sentinels_are_checked_when_the_step_has_no_routes():
     assert checks == [("row.sentinel", "r-a/trace-0", 13), ("row.sentinel", "r-a/trace-1", 9)]
 
 
+def test_declared_sentinel_on_a_repaired_position_is_one_finding_naming_both_facts():
+    a = artifact()
+    arrays = {k: v for k, v in a.arrays.items() if k != "routed_experts"}
+    a = replace(a, arrays=arrays, row_sentinel_positions=((13,), (), (7,), ()))
+    f = only(audit(a).findings)
+    assert (f.check, f.row, f.position, f.expected, f.actual) == ("row.sentinel", "r-b/trace-0", 7, "repaired route", -1)
+    assert f.message == ("position 7 is declared a sentinel but is no boundary; its placeholder must be repaired "
+                         "from the next call's prefill")
+
+
 def test_padding_row_with_weight_is_reported():
     f = only(audit(edit(artifact(), "row_token_mask", (3, 0), 1)).findings)
     assert (f.check, f.actual) == ("padding.weight", 3)
