@@ -28,6 +28,10 @@ Output directory (`write_outputs`)::
     scenarios/<name>/artifacts/step-NNNN.{npz,json}   the step artifact (harness.core.artifacts)
     scenarios/<name>/results/step-NNNN.jsonl          the Gym results the backend received
     scenarios/<name>/rollouts/step-NNNN.jsonl         the agents' ground-truth logs (the oracle's input)
+
+The per-step results, ground-truth logs and metrics are also on `ScenarioRun` as plain data
+(`results_by_step`, `rollouts_by_step`, `metrics_by_step`, equal to those files read back), so
+consumers such as the golden export never depend on this file layout.
 """
 
 from __future__ import annotations
@@ -38,7 +42,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -108,11 +112,41 @@ class ScenarioEvent:
 
 @dataclass(frozen=True, slots=True, eq=False)
 class ScenarioRun:
-    """One scenario's record plus the files it produced (relative to its directory under `scenarios/`)."""
+    """One scenario's record, the files it produced (relative to its directory under `scenarios/`) and its step data.
+
+    The step data is what those files hold, as plain JSON data (never in `summary.json`): a
+    consumer reads it here instead of parsing files whose layout may change.
+    """
 
     record: ScenarioRecord
     files: Mapping[str, bytes]
     audit: AuditReport | None = None
+    #: The scenario as run (seed and step cap applied), as ``scenario.json`` holds it (mapping keys sorted);
+    #: None when it could not be prepared.
+    scenario: Any = None
+    #: Per collected step: the Gym `/run` results in the order the backend received them (``results/``).
+    results_by_step: tuple[tuple[dict[str, Any], ...], ...] = ()
+    #: Per collected step: every rollout as ``{rollout_id, status, ground_truth}`` (``rollouts/``).
+    rollouts_by_step: tuple[tuple[dict[str, Any], ...], ...] = ()
+    #: Per trained step: ``{"step": k, <metric>: value}``, non-finite floats as "nan"/"inf"/"-inf" (``metrics.jsonl``).
+    metrics_by_step: tuple[dict[str, Any], ...] = ()
+
+
+@dataclass(slots=True)
+class _RunData:
+    """What a scenario run has produced so far (kept when it stops early)."""
+
+    files: dict[str, bytes] = field(default_factory=dict)
+    scenario: Any = None
+    results: list[tuple[dict[str, Any], ...]] = field(default_factory=list)
+    rollouts: list[tuple[dict[str, Any], ...]] = field(default_factory=list)
+    metrics: tuple[dict[str, Any], ...] = ()
+
+    def scenario_run(self, record: ScenarioRecord, audit: AuditReport | None) -> ScenarioRun:
+        """The immutable run (step data as tuples)."""
+        return ScenarioRun(record=record, files=self.files, audit=audit, scenario=self.scenario,
+                           results_by_step=tuple(self.results), rollouts_by_step=tuple(self.rollouts),
+                           metrics_by_step=self.metrics)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -202,8 +236,10 @@ def _observed_error(exc: BaseException, step: int, stage: str) -> ObservedError:
     return ObservedError(f"internal_error:{type(exc).__name__}", None, None, step, stage, str(exc)[:500])
 
 
-def _jsonl(rows: Sequence[Mapping[str, Any]]) -> bytes:
-    return "".join(json.dumps(r, sort_keys=True, separators=(",", ":")) + "\n" for r in rows).encode("utf-8")
+def _jsonl(rows: Sequence[Mapping[str, Any]]) -> tuple[bytes, tuple[dict[str, Any], ...]]:
+    """JSON-lines bytes of `rows`, and those lines read back (equal to the file, whatever mutates `rows` later)."""
+    lines = [json.dumps(r, sort_keys=True, separators=(",", ":")) for r in rows]
+    return "".join(line + "\n" for line in lines).encode("utf-8"), tuple(json.loads(line) for line in lines)
 
 
 class _Clock:
@@ -234,22 +270,24 @@ def run_scenario(
     """Run one scenario, audit it, and return its record and files (it never raises for a failing backend)."""
     clock = _Clock()
     name = getattr(scenario, "name", str(scenario))
-    files: dict[str, bytes] = {}
+    data = _RunData()
+    files = data.files
     try:
         scenario = prepare_scenario(scenario, options)
+        files["scenario.json"] = (json.dumps(scenario.to_data(), indent=2, sort_keys=True) + "\n").encode("utf-8")
+        data.scenario = type(scenario).model_validate(json.loads(files["scenario.json"]))
     except (CompactsimError, ValueError) as exc:
-        return _harness_failure(scenario, options, exc, clock, files)
-    files["scenario.json"] = (json.dumps(scenario.to_data(), indent=2, sort_keys=True) + "\n").encode("utf-8")
+        return _harness_failure(scenario, options, exc, clock, data)
     files["run.json"] = (json.dumps({"scenario": name, "seed": scenario.seed, **options.to_json()}, indent=2,
                                     sort_keys=True) + "\n").encode("utf-8")
     try:
-        observed, logs_by_step, batches = _execute(scenario, options, clock, files, on_event)
+        observed, logs_by_step, batches = _execute(scenario, options, clock, data, on_event)
         with clock.stage("oracle"):
             from harness.oracle.expect import expect_scenario
 
             expectation = expect_scenario(scenario, logs_by_step)
     except (CompactsimError, ValueError, RuntimeError, OSError) as exc:
-        return _harness_failure(scenario, options, exc, clock, files)
+        return _harness_failure(scenario, options, exc, clock, data)
     with clock.stage("audit"):
         dtype = scenario.trainer_config().policy.precision
         report = audit_run(expectation, observed, backend=_backend_flag(options.backend),
@@ -270,7 +308,7 @@ def run_scenario(
     )
     if on_event is not None:
         on_event(ScenarioEvent(scenario.name, len(observed.steps), scenario.steps, done=True, record=record))
-    return ScenarioRun(record=record, files=files, audit=report)
+    return data.scenario_run(record, report)
 
 
 def _backend_flag(backend: str) -> str | None:
@@ -284,10 +322,10 @@ def scenario_reproduce(scenario: Any, options: RunOptions) -> str:
 
 
 def _execute(
-    scenario: Any, options: RunOptions, clock: _Clock, files: dict[str, bytes],
+    scenario: Any, options: RunOptions, clock: _Clock, data: _RunData,
     on_event: Callable[[ScenarioEvent], None] | None,
 ) -> tuple[ObservedRun, list[list[Mapping[str, Any]]], list[int]]:
-    """Collect, plan, materialize and train every step; stop at the first error the backend raises."""
+    """Collect, plan, materialize and train every step (into `data`); stop at the first error the backend raises."""
     from agents.collect import LocalExecutor, collect
     from harness.core.policy import configure_determinism
     from harness.pipeline.backend import load_backend
@@ -305,6 +343,7 @@ def _execute(
     logs_by_step: list[list[Mapping[str, Any]]] = []
     rows: list[int] = []
     error: ObservedError | None = None
+    files = data.files
     try:
         with open_servers(build.model_settings, build.reward_settings, options.server) as servers:
             if scenario.mode == "policy":
@@ -316,10 +355,12 @@ def _execute(
                     results = step_results(scenario, k, collected)
                 with clock.stage("write"):
                     # the agents' ground truth (the oracle's input) and what the trainer received (results/)
-                    files[f"rollouts/step-{k:04d}.jsonl"] = _jsonl(
+                    files[f"rollouts/step-{k:04d}.jsonl"], rollouts = _jsonl(
                         [{"rollout_id": c.rollout_id, "status": c.status, "ground_truth": c.ground_truth}
                          for c in collected])
-                    files[f"results/step-{k:04d}.jsonl"] = _jsonl(results)
+                    files[f"results/step-{k:04d}.jsonl"], received = _jsonl(results)
+                    data.rollouts.append(rollouts)
+                    data.results.append(received)
                 stage = "plan"
                 try:
                     with clock.stage("plan"):
@@ -352,7 +393,7 @@ def _execute(
         if wandb_run is not None:
             wandb_run.finish()
     metrics_lines = [{"step": st.step, **{k2: _num(v) for k2, v in st.metrics.items()}} for st in steps]
-    files["metrics.jsonl"] = _jsonl(metrics_lines)
+    files["metrics.jsonl"], data.metrics = _jsonl(metrics_lines)
     return ObservedRun(steps=tuple(steps), error=error), logs_by_step, rows
 
 
@@ -395,7 +436,7 @@ def _media_urls(logs_by_step: Sequence[Sequence[Mapping[str, Any]]], traces: Seq
 
 
 def _harness_failure(scenario: Any, options: RunOptions, exc: BaseException, clock: _Clock,
-                     files: dict[str, bytes]) -> ScenarioRun:
+                     data: _RunData) -> ScenarioRun:
     """A record for a scenario the harness could not run (no verdict reached: counts as failed)."""
     name = getattr(scenario, "name", str(scenario))
     seed = options.seed if options.seed is not None else getattr(scenario, "seed", 0)
@@ -411,7 +452,7 @@ def _harness_failure(scenario: Any, options: RunOptions, exc: BaseException, clo
         steps=0, rows=0, tokens=0, findings=(finding,), reproduce=repro, artifacts=f"scenarios/{name}",
         seconds=clock.total(), stage_seconds=dict(clock.seconds),
     )
-    return ScenarioRun(record=record, files=files, audit=None)
+    return data.scenario_run(record, None)
 
 
 # ---------------------------------------------------------------------------------------------

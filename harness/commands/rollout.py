@@ -2,26 +2,45 @@
 
     compactsim rollout --policy recency-images-k2 --turns 6 --seed 7 --out runs/demo
     compactsim rollout --policy summary-at3-at5 --turns 8 --rollouts 4 --flavour gym-pr2870 --out runs/sum
+    compactsim rollout --scenario scripted-three-steps --step 1 --seed 7 --out runs/s1
 
 Writes, per rollout, ``<rollout_id>.result.json`` (Gym's `/run` result in the chosen flavour) and
 ``<rollout_id>.ground_truth.json`` (what was sent and received, where it compacted and why), plus
 ``summary.json``. The mock model and reward servers run in-process; nothing listens on a port.
+
+With ``--scenario`` the rollouts are one step of a catalogue scenario (ids ``s{step}-g{group}-r{index}``),
+exactly as `compactsim run` collects them; the result files hold them as the agents emitted them,
+before the scenario's mutation or batch corruption (if any) edits what the trainer receives. The
+scenario defines its rollouts, so the options that describe rollouts (``--policy``, ``--turns``, ...)
+are refused with it. A policy-mode scenario's later steps depend on weights trained at the earlier
+steps, so only its step 0 can be collected here (`compactsim run` collects the others).
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, NoReturn
 
 import typer
 from rich.table import Table
 
-from harness.commands.common import ExitCode, console, err_console, print_json
+from harness.commands.common import ExitCode, console, err_console, print_json, report_error, rich_escape
 from harness.core.errors import CompactsimError, ConfigError
 
 FLAVOUR_CHOICES = ("gym-0.7.0-transport", "gym-0.7.0-full", "gym-pr2870", "osworld", "none")
 PATTERNS = ("screens", "shapes", "repeated", "reordered")
+#: Options of the `--policy` form that describe the rollouts (parameter name → flag); a scenario defines its own.
+ROLLOUT_OPTIONS: dict[str, str] = {
+    "policy": "--policy",
+    "turns": "--turns",
+    "rollouts": "--rollouts",
+    "flavour": "--flavour",
+    "images_per_observation": "--images-per-observation",
+    "image_pattern": "--image-pattern",
+    "reward_pattern": "--reward-pattern",
+}
 
 
 def build_specs(
@@ -69,6 +88,47 @@ def build_specs(
             )
         )
     return specs
+
+
+def scenario_step(name: str, *, step: int, seed: int | None) -> Any:
+    """The catalogue scenario `name` (under `seed` when given), checked to have a collectable step `step`."""
+    from harness.core.seeds import check_seed
+    from scenarios.catalogue import get_scenario
+
+    scenario = get_scenario(name)
+    if seed is not None:
+        scenario = scenario.with_seed(check_seed(seed))
+    if not 0 <= step < scenario.steps:
+        raise ConfigError("invalid_argument", f"--step={step}: scenario {name!r} has steps 0..{scenario.steps - 1}")
+    if scenario.mode == "policy" and step > 0:
+        raise ConfigError("invalid_argument", f"--step={step}: scenario {name!r} runs in policy mode, so step {step}'s "
+                          f"rollouts come from weights trained at steps 0..{step - 1}; `compactsim run {name} "
+                          f"--steps {step + 1}` collects them (results/step-{step:04d}.jsonl)")
+    return scenario
+
+
+def collect_scenario_step(scenario: Any, step: int, *, executor: str = "local", workers: int = 1) -> list[Any]:
+    """Every rollout of one scenario step (slot order, failed ones included) from fresh in-process servers."""
+    from agents import collect, make_executor
+    from scenarios.build import step_specs
+    from scenarios.execute import in_process_servers
+
+    return collect(step_specs(scenario, step), in_process_servers(scenario),
+                   executor=make_executor(executor, workers))  # type: ignore[arg-type]
+
+
+def batch_edits(scenario: Any, step: int) -> list[str]:
+    """How the scenario edits step `step`'s results before the trainer receives them (none for most scenarios)."""
+    from scenarios.build import rollout_id
+
+    notes = []
+    m = scenario.mutation
+    if m is not None and m.step == step:
+        notes.append(f"mutation {m.name} edits {rollout_id(step, m.group, m.index)}")
+    c = scenario.corruption
+    if c is not None and c.step == step:
+        notes.append(f"batch corruption {c.kind} hits {rollout_id(step, c.group, c.index)}")
+    return notes
 
 
 def format_summary(rows: list[dict[str, Any]]) -> Table:
@@ -155,12 +215,23 @@ def write_outputs(collected: list[Any], out: Path) -> list[dict[str, Any]]:
     return rows
 
 
+def _explicit(ctx: typer.Context, names: Mapping[str, str]) -> list[str]:
+    """The flags among `names` (parameter name → flag) given on the command line (compared by name: typer vendors click)."""
+    return [flag for name, flag in names.items()
+            if getattr(ctx.get_parameter_source(name), "name", None) == "COMMANDLINE"]
+
+
 def rollout_command(
+    ctx: typer.Context,
     out: Annotated[Path, typer.Option("--out", help="directory for the result, ground-truth and summary files")],
+    scenario: Annotated[str | None, typer.Option(help="a catalogue scenario: collect one step of its rollouts "
+                                                      "(instead of --policy, --turns, ...)")] = None,
+    step: Annotated[int, typer.Option(help="with --scenario: the step whose rollouts to collect")] = 0,
     policy: Annotated[str, typer.Option(help="compaction preset, e.g. identity, recency-images-k2, "
                                               "recency-images-k2-chunked3, summary-at3-at5, think-strip")] = "recency-images-k2",
     turns: Annotated[int, typer.Option(help="model calls per rollout (the last one answers without a tool call)")] = 6,
-    seed: Annotated[int, typer.Option(help="run seed: script arguments, images and sampled logprobs derive from it")] = 0,
+    seed: Annotated[int, typer.Option(help="run seed: script arguments, images and sampled logprobs derive from it "
+                                           "(with --scenario: default the scenario's own)")] = 0,
     rollouts: Annotated[int, typer.Option(help="rollouts in the group (same task, rollout_index 0..N-1)")] = 1,
     flavour: Annotated[str, typer.Option(help="evidence shape: " + ", ".join(FLAVOUR_CHOICES))] = "gym-0.7.0-transport",
     images_per_observation: Annotated[int, typer.Option(help="screenshots returned by each tool call")] = 1,
@@ -170,9 +241,19 @@ def rollout_command(
     workers: Annotated[int, typer.Option(help="worker threads or Ray actors; results do not depend on it")] = 2,
     json_output: Annotated[bool, typer.Option("--json", help="print the summary as JSON")] = False,
 ) -> None:
-    """Run scripted rollouts against the in-process mock servers and write evidence + ground truth."""
+    """Run scripted rollouts (or one step of a catalogue scenario) in-process; write evidence + ground truth."""
     from agents import InProcessServers, collect, make_executor, server_script
 
+    if scenario is not None:
+        given = _explicit(ctx, ROLLOUT_OPTIONS)
+        if given:
+            _usage_error(f"options --scenario and {'/'.join(given)} are mutually exclusive: the scenario defines "
+                         "its rollouts")
+        seed_given = bool(_explicit(ctx, {"seed": "--seed"}))
+        _scenario_command(scenario, step=step, seed=seed if seed_given else None, out=out, executor=executor,
+                          workers=workers, json_output=json_output)
+    if _explicit(ctx, {"step": "--step"}):
+        _usage_error("option --step needs --scenario (the --policy form has one step)")
     try:
         specs = build_specs(policy=policy, turns=turns, seed=seed, rollouts=rollouts, flavour=flavour,
                             images_per_observation=images_per_observation, image_pattern=image_pattern)
@@ -193,8 +274,36 @@ def rollout_command(
         collected = collect(specs, servers, executor=make_executor(executor, workers))  # type: ignore[arg-type]
         rows = write_outputs(collected, out)
     except CompactsimError as exc:
-        err_console.print(f"[red]{getattr(exc, 'code', 'error')}[/red]: {exc}", markup=True)
-        raise typer.Exit(ExitCode.ERROR) from None
+        raise typer.Exit(report_error(exc, as_json=json_output)) from None
+    _finish(rows, out, json_output)
+
+
+def _usage_error(message: str) -> NoReturn:
+    err_console.print(f"[red]usage error[/red]: {rich_escape(message)}", markup=True)
+    raise typer.Exit(ExitCode.ERROR)
+
+
+def _scenario_command(name: str, *, step: int, seed: int | None, out: Path, executor: str, workers: int,
+                      json_output: bool) -> NoReturn:
+    """`--scenario NAME [--step K]`: collect the step, write its files, exit."""
+    try:
+        if executor not in ("local", "ray"):
+            raise ConfigError("invalid_argument", f"--executor={executor!r}: expected local or ray")
+        if workers < 1:
+            raise ConfigError("invalid_argument", f"--workers={workers}: expected >= 1")
+        scenario = scenario_step(name, step=step, seed=seed)
+        collected = collect_scenario_step(scenario, step, executor=executor, workers=workers)
+        rows = write_outputs(collected, out)
+    except CompactsimError as exc:
+        raise typer.Exit(report_error(exc, as_json=json_output)) from None
+    for note in batch_edits(scenario, step):
+        (err_console if json_output else console).print(
+            f"note: {note} before the trainer receives it; these files hold the rollouts as the agents emitted them")
+    _finish(rows, out, json_output)
+
+
+def _finish(rows: list[dict[str, Any]], out: Path, json_output: bool) -> NoReturn:
+    """Print the summary and exit: 0 when every rollout completed, 1 otherwise."""
     if json_output:
         print_json(rows)
     else:
@@ -208,4 +317,15 @@ def register(app: typer.Typer) -> None:
     app.command("rollout")(rollout_command)
 
 
-__all__ = ["build_specs", "format_summary", "pretty_json", "register", "rollout_command", "write_outputs"]
+__all__ = [
+    "ROLLOUT_OPTIONS",
+    "batch_edits",
+    "build_specs",
+    "collect_scenario_step",
+    "format_summary",
+    "pretty_json",
+    "register",
+    "rollout_command",
+    "scenario_step",
+    "write_outputs",
+]

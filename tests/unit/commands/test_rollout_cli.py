@@ -59,3 +59,107 @@ def test_rollout_command_rejects_bad_options_with_exit_2(tmp_path, args, message
     result = CliRunner().invoke(app, ["rollout", "--out", str(tmp_path), *args])
     assert result.exit_code == 2
     assert message in result.output
+
+
+# ---------------------------------------------------------------------------------------------- --scenario
+
+
+def _written(out, rid: str) -> tuple[dict, dict]:
+    return (json.loads((out / f"{rid}.result.json").read_text(encoding="utf-8")),
+            json.loads((out / f"{rid}.ground_truth.json").read_text(encoding="utf-8")))
+
+
+def test_rollout_scenario_writes_one_step_whose_results_plan_to_the_ground_truth_segments(tmp_path):
+    from harness.pipeline.planner import plan_rollout
+
+    result = CliRunner().invoke(app, ["rollout", "--scenario", "image-compaction-k2-rolling", "--seed", "3",
+                                      "--out", str(tmp_path), "--json"])
+    assert result.exit_code == 0, result.output
+    rows = json.loads(result.stdout)
+    assert [(r["rollout_id"], r["status"], r["num_calls"], r["boundary_turns"], r["traces"], r["reward"]) for r in rows] == [
+        ("s0-g0-r0", "completed", 5, [4, 5], [[1, 2, 3], [4], [5]], 1.0),
+        ("s0-g0-r1", "completed", 5, [4, 5], [[1, 2, 3], [4], [5]], 0.0),
+    ]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "s0-g0-r0.ground_truth.json", "s0-g0-r0.result.json",
+        "s0-g0-r1.ground_truth.json", "s0-g0-r1.result.json", "summary.json"]
+    evidence, truth = _written(tmp_path, "s0-g0-r0")
+    assert (truth["rollout"]["group_id"], truth["rollout"]["seed"]) == ("s0-g0", 6025329246877092447)
+    plan = plan_rollout(evidence)
+    segments = truth["expected"]["segments_declared"]
+    assert [list(t.turn_ids) for t in plan.traces] == [s["turn_ids"] for s in segments] == [[1, 2, 3], [4], [5]]
+    assert [t.to_json() for t in plan.traces] == [{k: s[k] for k in t.to_json()} for t, s in zip(plan.traces, segments)]
+    assert [t.trace_id for t in plan.traces] == ["s0-g0-r0/trace-0", "s0-g0-r0/trace-1", "s0-g0-r0/trace-2"]
+
+
+def test_rollout_scenario_step_collects_what_the_scenario_collects_at_that_step(tmp_path):
+    from scenarios.catalogue import get_scenario
+    from scenarios.execute import collect_step
+
+    result = CliRunner().invoke(app, ["rollout", "--scenario", "scripted-three-steps", "--step", "2",
+                                      "--out", str(tmp_path), "--workers", "1"])
+    assert result.exit_code == 0, result.output
+    assert "wrote 4 rollout(s)" in result.stdout
+    ids = ["s2-g0-r0", "s2-g0-r1", "s2-g1-r0", "s2-g1-r1"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        [f"{rid}.result.json" for rid in ids] + [f"{rid}.ground_truth.json" for rid in ids] + ["summary.json"])
+    # no --seed: the scenario's own seed, exactly the rollouts of its step 2
+    expected = collect_step(get_scenario("scripted-three-steps"), 2)
+    assert [c.rollout_id for c in expected] == ids
+    for c in expected:
+        assert _written(tmp_path, c.rollout_id) == (c.result, c.ground_truth)
+
+
+def test_rollout_scenario_names_the_batch_edit_the_files_do_not_show(tmp_path):
+    result = CliRunner().invoke(app, ["rollout", "--scenario", "mutation-ghost-media", "--out", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert ("note: mutation ghost_media edits s0-g0-r1 before the trainer receives it; "
+            "these files hold the rollouts as the agents emitted them") in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--policy", "identity"], "options --scenario and --policy are mutually exclusive"),
+        (["--turns", "3"], "options --scenario and --turns are mutually exclusive"),
+        (["--policy", "identity", "--turns", "3"], "options --scenario and --policy/--turns are mutually exclusive"),
+        (["--rollouts", "2"], "options --scenario and --rollouts are mutually exclusive"),
+    ],
+)
+def test_rollout_scenario_refuses_rollout_options_with_exit_2(tmp_path, args, message):
+    result = CliRunner().invoke(app, ["rollout", "--scenario", "no-compaction", "--out", str(tmp_path / "o"), *args])
+    assert result.exit_code == 2
+    assert f"usage error: {message}: the scenario defines its rollouts" in result.output
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--scenario", "scripted-three-steps", "--step", "3"],
+         "invalid_argument: --step=3: scenario 'scripted-three-steps' has steps 0..2"),
+        (["--scenario", "no-compaction", "--step", "-1"], "invalid_argument: --step=-1: scenario 'no-compaction' has steps 0..0"),
+        (["--scenario", "pr-validation-no-compaction", "--step", "1"],
+         "invalid_argument: --step=1: scenario 'pr-validation-no-compaction' runs in policy mode"),
+        (["--scenario", "no-compaction", "--seed", "-1"], "invalid_seed: seed=-1: expected 0 <= seed < 2**63"),
+        (["--step", "1"], "usage error: option --step needs --scenario"),
+    ],
+)
+def test_rollout_scenario_usage_errors_exit_2(tmp_path, args, message):
+    result = CliRunner().invoke(app, ["rollout", "--out", str(tmp_path / "o"), *args])
+    assert result.exit_code == 2
+    assert message in " ".join(result.output.split())
+    assert not (tmp_path / "o").exists()
+
+
+def test_rollout_unknown_scenario_exits_2_with_the_catalogue_error(tmp_path):
+    from harness.core.errors import ConfigError
+    from scenarios.catalogue import get_scenario
+
+    with pytest.raises(ConfigError) as caught:
+        get_scenario("compaction-k2")
+    result = CliRunner().invoke(app, ["rollout", "--scenario", "compaction-k2", "--out", str(tmp_path / "o")])
+    assert result.exit_code == 2
+    assert str(caught.value).startswith("invalid_argument: unknown scenario 'compaction-k2'; did you mean [")
+    assert f"error: {caught.value}" in " ".join(result.output.split())
+    assert not (tmp_path / "o").exists()
