@@ -86,19 +86,7 @@ def trainer_settings(scenario: Any) -> TrainerSettings:
 
     view = TrainerView.of(scenario)
     cfg = scenario.trainer_config()
-    return TrainerSettings(
-        num_generations_per_prompt=view.num_generations_per_prompt,
-        leave_one_out=view.leave_one_out,
-        normalize=view.normalize,
-        clip_low=view.clip_low,
-        clip_high=view.clip_high,
-        dp_size=view.dp_size,
-        micro_batch_size=view.micro_batch_size,
-        async_mode=view.async_mode,
-        importance_sampling_correction=view.importance_sampling_correction,
-        precision=cfg.policy.precision,
-        config=cfg.model_dump(mode="json"),
-    )
+    return TrainerSettings(**asdict(view), precision=cfg.policy.precision, config=cfg.model_dump(mode="json"))
 
 
 def payload_groups(

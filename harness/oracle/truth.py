@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from harness.core.errors import ConfigError
+from mock_servers.reward_server.rewards import final_answer
 
 GROUND_TRUTH_FORMAT = "compactsim.ground_truth"
 GROUND_TRUTH_VERSION = 1
@@ -121,16 +122,10 @@ def _routes(value: Any) -> np.ndarray | None:
 
 
 def _final_answer(calls: Sequence[Mapping[str, Any]]) -> str:
+    """The last call's final assistant text, read exactly as the reward server reads a response."""
     if not calls:
         return ""
-    for item in reversed(calls[-1]["received"].get("output_items") or []):
-        if isinstance(item, Mapping) and item.get("type") == "message" and item.get("role") == "assistant":
-            content = item.get("content")
-            if isinstance(content, str):
-                return content
-            if isinstance(content, list):
-                return "".join(p.get("text", "") for p in content if isinstance(p, Mapping) and isinstance(p.get("text"), str))
-    return ""
+    return final_answer({"output": calls[-1]["received"].get("output_items") or []})
 
 
 def read_truth(log: Mapping[str, Any]) -> RolloutTruth:
