@@ -46,6 +46,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from harness.audit.observed import BACKEND_ERROR
 from harness.audit import (
     AuditReport,
     Finding,
@@ -62,6 +63,7 @@ from agents.ray_local import local_ray
 from mock_servers.serving import ServerMode, open_mock_servers
 from harness.core.artifacts import encode_step_artifact, meta_to_json
 from harness.core.errors import CompactsimError, ConfigError, ContractError
+from harness.core.training_state import MeasuredStep, snapshot_training_state
 from harness.report.records import RolloutView, ScenarioRecord, SuiteRecord
 from harness.report.trace_view import rollout_views
 
@@ -229,11 +231,52 @@ def _sync_initial_weights(client: Any, state: Any, precision: str) -> None:
 
 
 def _observed_error(exc: BaseException, step: int, stage: str) -> ObservedError:
-    if isinstance(exc, ContractError):
+    """A typed refusal keeps its code; anything else a backend raises (or returns malformed) is a backend failure."""
+    if isinstance(exc, ContractError) and stage != "result":
         return ObservedError(exc.code, exc.rollout_id, exc.turn_id, step, stage, exc.detail)
-    if isinstance(exc, ConfigError):
+    if isinstance(exc, ConfigError) and stage != "result":
         return ObservedError(exc.code, None, None, step, stage, exc.detail)
-    return ObservedError(f"internal_error:{type(exc).__name__}", None, None, step, stage, str(exc)[:500])
+    what = "returned a malformed result" if stage == "result" else "raised"
+    message = f"{what}: {type(exc).__name__}: {str(exc)[:400]} (at {_innermost_frame(exc)})"
+    return ObservedError(BACKEND_ERROR, None, None, step, "train" if stage == "result" else stage, message)
+
+
+def _innermost_frame(exc: BaseException) -> str:
+    """``file:line in function`` of the frame that raised (the backend's own code, for a backend failure)."""
+    import traceback
+
+    frames = traceback.extract_tb(exc.__traceback__)
+    if not frames:
+        return "unknown frame"
+    f = frames[-1]
+    return f"{Path(f.filename).name}:{f.lineno} in {f.name}"
+
+
+def _observe_result(result: Any, k: int, measured: MeasuredStep) -> tuple[ObservedStep, bytes, bytes]:
+    """The audit's view of a backend's `StepResult` (harness-measured counts attached) and its artifact bytes.
+
+    Anything missing or ill-shaped raises; the caller turns that into a backend failure.
+    """
+    import dataclasses
+
+    from harness.core import metrics as M
+
+    digests = [[rgb_pixel_digest(p) for p in row] for row in result.batch.row_pixel_values]
+    artifact = result.artifact
+    step = observed_from_artifact(artifact, pixel_digests=digests)
+    if step.step != k:
+        raise ValueError(f"the step artifact says step {step.step}; the harness ran step {k}")
+    metrics = dict(result.metrics)
+    for key, value in metrics.items():
+        if not isinstance(key, str) or isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise TypeError(f"metric {key!r} = {value!r}: metrics map names to numbers")
+    reported = {key: metrics[key] for key in (M.OPTIMIZER_STEPS, M.SCHEDULER_STEP_INCREMENT) if key in metrics}
+    # the harness owns the counts: what it measured replaces what the backend says (kept under `reported`)
+    metrics[M.OPTIMIZER_STEPS] = measured.optimizer_steps
+    metrics[M.SCHEDULER_STEP_INCREMENT] = measured.scheduler_increments
+    step = dataclasses.replace(step, metrics=metrics, measured=measured, reported_counts=reported)
+    npz, meta = encode_step_artifact(artifact)
+    return step, npz, meta_to_json(meta).encode("utf-8")
 
 
 def _jsonl(rows: Sequence[Mapping[str, Any]]) -> tuple[bytes, tuple[dict[str, Any], ...]]:
@@ -284,15 +327,20 @@ def run_scenario(
         observed, logs_by_step, batches = _execute(scenario, options, clock, data, on_event)
         with clock.stage("oracle"):
             from harness.oracle.expect import expect_scenario
+            from harness.oracle.step_settings import StepSettings
+            from harness.oracle.training import expect_training
 
             expectation = expect_scenario(scenario, logs_by_step)
+            settings = StepSettings.of(scenario)
+            measured = [st.measured for st in observed.steps if st.measured is not None]
+            training = expect_training(settings, expectation, logs_by_step, measured)
     except (CompactsimError, ValueError, RuntimeError, OSError) as exc:
         return _harness_failure(scenario, options, exc, clock, data)
     with clock.stage("audit"):
-        dtype = scenario.trainer_config().policy.precision
         report = audit_run(expectation, observed, backend=_backend_flag(options.backend),
-                           tolerances=Tolerances.for_dtype(dtype),
-                           reproduce=scenario_reproduce(scenario, options))
+                           tolerances=Tolerances.for_dtype(settings.precision),
+                           reproduce=scenario_reproduce(scenario, options), training=training,
+                           router_replay=settings.router_replay)
         traces = _trace_views(observed.steps, report.findings)
         media = _media_urls(logs_by_step, traces)
     files["audit.json"] = (json.dumps(report.to_json(), indent=2, sort_keys=True) + "\n").encode("utf-8")
@@ -341,6 +389,7 @@ def _execute(
     wandb_run = _wandb(options, scenario, cfg) if options.wandb else None
     steps: list[ObservedStep] = []
     logs_by_step: list[list[Mapping[str, Any]]] = []
+    measured: MeasuredStep | None = None
     rows: list[int] = []
     error: ObservedError | None = None
     files = data.files
@@ -370,21 +419,23 @@ def _execute(
                         batch = backend.materialize(plans, cfg)
                     stage = "train"
                     with clock.stage("train"):
+                        before = snapshot_training_state(state.policy, state.optimizer, state.scheduler)
                         result = backend.train_step(state, batch, cfg)
+                        measured = MeasuredStep(before, snapshot_training_state(
+                            state.policy, state.optimizer, state.scheduler))
+                    stage = "result"
+                    with clock.stage("write"):
+                        step, npz, meta_json = _observe_result(result, k, measured)
                 except Exception as exc:  # noqa: BLE001 - any backend failure is the observed outcome
                     error = _observed_error(exc, k, stage)
                     break
                 if scenario.mode == "policy":
                     with clock.stage("weights"):
                         _push_weights(servers.model, state)
-                with clock.stage("write"):
-                    digests = [[rgb_pixel_digest(p) for p in row] for row in result.batch.row_pixel_values]
-                    step = observed_from_artifact(result.artifact, pixel_digests=digests)
-                    steps.append(step)
-                    rows.append(sum(1 for r in step.rows if not r.is_padding))
-                    npz, meta = encode_step_artifact(result.artifact)
-                    files[f"artifacts/step-{k:04d}.npz"] = npz
-                    files[f"artifacts/step-{k:04d}.json"] = meta_to_json(meta).encode("utf-8")
+                steps.append(step)
+                rows.append(sum(1 for r in step.rows if not r.is_padding))
+                files[f"artifacts/step-{k:04d}.npz"] = npz
+                files[f"artifacts/step-{k:04d}.json"] = meta_json
                 if wandb_run is not None:
                     wandb_run.log({k2: v for k2, v in result.metrics.items() if isinstance(v, (int, float))}, step=k)
                 if on_event is not None:

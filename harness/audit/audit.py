@@ -8,14 +8,16 @@ Rows are matched by physical trace id, so any row order gives the same report.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from harness.audit import checks as C
+from harness.audit import training_checks as T
 from harness.audit.findings import Finding, reproduce_command, sort_findings
 from harness.audit.observed import ObservedRun, ObservedStep
 from harness.core import metrics as M
-from harness.core.expectations import ExpectedStep, MetricExpectation, ScenarioExpectation
+from harness.core.expectations import ExpectedStep, ExpectedTrainingStep, MetricExpectation, ScenarioExpectation
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,7 +57,8 @@ class AuditReport:
 
 
 def audit_step(
-    report: C.Reporter, expected: ExpectedStep, observed: ObservedStep, tol: C.Tolerances
+    report: C.Reporter, expected: ExpectedStep, observed: ObservedStep, tol: C.Tolerances,
+    training: ExpectedTrainingStep | None = None, *, router_replay: bool = False,
 ) -> tuple[list[Finding], int, int]:
     """Findings of one step, plus the number of rows and tokens compared."""
     findings: list[Finding] = []
@@ -71,11 +74,17 @@ def audit_step(
         findings += C.check_row_sample_mask(report, want, got)
         findings += C.check_row_policy_version(report, want, got)
         findings += C.check_row_images(report, want, got)
-        findings += C.check_row_routes(report, want, got)
+        findings += C.check_row_routes(report, want, got, router_replay=router_replay)
         tokens += len(want.input_ids)
     findings += C.check_rollout_advantages(report, expected.rollouts, observed, tol)
     findings += C.check_padding(report, observed, len(expected.rows))
-    findings += C.check_counts(report, observed)
+    if observed.measured is None:
+        findings += C.check_counts(report, observed)
+    else:
+        findings += T.check_counts_measured(report, observed.measured, {**observed.metrics, **observed.reported_counts})
+        if training is not None:
+            findings += T.check_step_quantities(report, training, observed.measured, observed.metrics, tol)
+            findings += T.check_update(report, training, observed.measured, tol)
     findings += C.check_exact_metrics(report, expected, observed, tol)
     return findings, len(pairs), tokens
 
@@ -102,8 +111,15 @@ def audit_run(
     backend: str | None = None,
     tolerances: C.Tolerances | None = None,
     reproduce: str | None = None,
+    training: Sequence[ExpectedTrainingStep] = (),
+    router_replay: bool = False,
 ) -> AuditReport:
-    """Compare a whole run with the oracle; `backend` ("module:attr") goes into the reproduction command."""
+    """Compare a whole run with the oracle; `backend` ("module:attr") goes into the reproduction command.
+
+    `training` holds the oracle's step truths (`harness.oracle.training`) for the steps whose state the
+    harness measured; `router_replay` says the trainer had router replay on, so every real row must carry
+    its routes.
+    """
     tol = tolerances or C.Tolerances()
     cmd = reproduce or reproduce_command(expectation.scenario, expectation.seed, backend=backend)
     rep = C.Reporter(expectation.scenario, None, cmd)
@@ -113,12 +129,14 @@ def audit_run(
     if not must_fail and observed.error is None:
         findings += C.check_step_count(rep, len(expectation.steps), len(observed.steps))
     by_step = {st.step: st for st in observed.steps}
+    truths = {t.step: t for t in training}
     rows = tokens = audited = 0
     for exp_step in expectation.steps:
         got = by_step.get(exp_step.step)
         if got is None or exp_step.batch_error is not None or exp_step.error is not None:
             continue  # a step that must be refused is judged by the verdict checks
-        step_findings, n_rows, n_tokens = audit_step(rep.at_step(exp_step.step), exp_step, got, tol)
+        step_findings, n_rows, n_tokens = audit_step(rep.at_step(exp_step.step), exp_step, got, tol,
+                                                     truths.get(exp_step.step), router_replay=router_replay)
         findings += step_findings
         rows += n_rows
         tokens += n_tokens

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from harness.audit.findings import Finding
-from harness.audit.observed import ObservedError, ObservedRow, ObservedStep
+from harness.audit.observed import BACKEND_ERROR, ObservedError, ObservedRow, ObservedStep
 from harness.core.errors import ConfigError
 from harness.core.expectations import ExpectedError, ExpectedRollout, ExpectedRow, ExpectedStep, MetricExpectation
 from scenarios.metric_expectations import describe, passes
@@ -36,6 +36,15 @@ class Tolerances:
     advantage_rtol: float = 1e-12
     metric_atol: float = 1e-9
     metric_rtol: float = 1e-9
+    #: The training step (oracle in float64 vs the trainer's dtype): loss and gradient norm,
+    #: learning rate, and each updated parameter (|diff| <= update_atol + update_rtol·|expected update|).
+    loss_atol: float = 1e-12
+    loss_rtol: float = 1e-9
+    grad_norm_atol: float = 1e-12
+    grad_norm_rtol: float = 1e-9
+    lr_rtol: float = 1e-12
+    update_atol: float = 1e-12
+    update_rtol: float = 1e-6
 
     @classmethod
     def for_dtype(cls, dtype: str) -> Tolerances:
@@ -45,8 +54,12 @@ class Tolerances:
             raise ConfigError("invalid_argument", f"dtype={dtype!r}: expected float64, float32 or bfloat16")
         if dtype == "float64":
             return cls(logprob_rtol=rtol, advantage_rtol=rtol)
-        # float sums of low-precision rows (advantage means, token sums) drift by the same relative amount
-        return cls(logprob_rtol=rtol, advantage_rtol=rtol, advantage_atol=rtol, metric_rtol=rtol, metric_atol=rtol)
+        # float sums of low-precision rows (advantage means, token sums) drift by the same relative amount;
+        # the step itself (float64 oracle vs a float32/bfloat16 trainer) agrees to the dtype's resolution
+        step = {"float32": 1e-4, "bfloat16": 5e-2}[dtype]
+        return cls(logprob_rtol=rtol, advantage_rtol=rtol, advantage_atol=rtol, metric_rtol=rtol, metric_atol=rtol,
+                   loss_atol=step, loss_rtol=step, grad_norm_atol=step, grad_norm_rtol=step, lr_rtol=1e-6,
+                   update_atol=step * 1e-2, update_rtol=step * 10)
 
 
 def close(actual: float, expected: float, atol: float, rtol: float) -> bool:
@@ -81,6 +94,12 @@ def check_error(report: Reporter, expected: ExpectedError | None, observed: Obse
     """The run stops with exactly the expected error (code, then rollout and turn when the oracle names them)."""
     if expected is None and observed is None:
         return []
+    if observed is not None and observed.code == BACKEND_ERROR:
+        return [report.at_step(observed.step)(
+            "backend.error",
+            f"the backend's {observed.stage} {observed.message}",
+            expected="success" if expected is None else expected.code, actual=observed.message,
+        )]
     if expected is None:
         assert observed is not None
         return [report.at_step(observed.step)(
@@ -318,10 +337,18 @@ def _sentinel_at(got: ObservedRow, p: int) -> bool:
     return 0 <= p < got.routes.shape[0] and bool(np.all(got.routes[p] == -1))
 
 
-def check_row_routes(report: Reporter, want: ExpectedRow, got: ObservedRow) -> list[Finding]:
-    """Sentinel (-1) exactly at the boundary positions, repaired placeholders, and the full routes when known."""
+def check_row_routes(report: Reporter, want: ExpectedRow, got: ObservedRow, *, router_replay: bool = False) -> list[Finding]:
+    """Sentinel (-1) exactly at the boundary positions, repaired placeholders, and the full routes when known.
+
+    With router replay on and routes recorded, the row must carry its routes: a trainer that drops them
+    trains without replay, and positions it merely *declares* sentinels prove nothing.
+    """
     rid = want.physical_trace_id
     out: list[Finding] = []
+    if router_replay and want.routes is not None and got.routes is None:
+        return [report("row.routes_missing", f"router replay is on and the server recorded routes for this trace, but "
+                       f"the row trained without routes ({len(want.input_ids)} tokens replayed none)",
+                       expected=list(np.asarray(want.routes).shape), actual=None, row=rid)]
     sentinels = set(want.sentinel_positions)
     for p in want.sentinel_positions:
         if not _sentinel_at(got, p):

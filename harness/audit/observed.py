@@ -16,6 +16,7 @@ import torch
 
 from harness.core.artifacts import StepArtifact, pixel_digest
 from harness.core.digests import bytes_digest
+from harness.core.training_state import MeasuredStep
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -72,8 +73,17 @@ class ObservedStep:
     metrics: Mapping[str, float | int]
     dp_size: int = 1
     micro_batch_size: int = 1
+    #: Counts as the trainer's artifact or rows dump reports them (what an external trainer can tell us).
     optimizer_steps: int = 1
     scheduler_increments: int = 1
+    #: What the harness measured of the training state it owns (None for an external trainer's dump).
+    measured: MeasuredStep | None = field(default=None, repr=False)
+    #: The count metrics the backend reported before the harness replaced them with measured values.
+    reported_counts: Mapping[str, float | int] = field(default_factory=dict)
+
+
+#: `ObservedError.code` of a backend that raised something untyped or returned a malformed result.
+BACKEND_ERROR = "backend_error"
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,6 +198,7 @@ def observed_from_artifact(
 
 
 __all__ = [
+    "BACKEND_ERROR",
     "ObservedError",
     "ObservedLogical",
     "ObservedRow",

@@ -82,6 +82,24 @@ class ExpectedRollout:
 
 
 @dataclass(frozen=True, slots=True, eq=False)
+class ExpectedTrainingStep:
+    """What a correct trainer's optimizer step computes, in float64 (the oracle's `harness.oracle.step`)."""
+
+    step: int
+    loss: float
+    actor_loss: float
+    #: KL term of the loss divided by β (NeMo-RL's `kl_penalty` metric); 0 without KL.
+    kl_penalty: float
+    #: Global gradient norm before clipping.
+    grad_norm: float
+    lr: float
+    #: Σ sample_mask · trained tokens over the whole logical batch (NeMo-RL's `global_valid_toks`).
+    global_valid_tokens: float
+    #: Parameter name → expected value after the step (float64 tensors).
+    params_after: Any = field(repr=False)
+
+
+@dataclass(frozen=True, slots=True, eq=False)
 class ExpectedRow:
     """One real (non-padding) training row, exactly as a correct materializer must build it."""
 
@@ -218,6 +236,7 @@ __all__ = [
     "ExpectedRow",
     "ExpectedStep",
     "ExpectedTrace",
+    "ExpectedTrainingStep",
     "MetricExpectation",
     "ScenarioExpectation",
 ]

@@ -8,10 +8,8 @@ token carries its parent's logical advantage. The row's images are *all* the ima
 last prompt (a new trace re-owns every image it still shows); each is identified by the sha256
 of its RGB pixels decoded here with Pillow.
 
-Routes (vLLM packing, DESIGN §1): each call contributes its own rows for the tokens it adds;
-the previous call's final sampled token, a decode placeholder, is repaired from this call's
-prefill (−1 when this call recorded no routes); the last token of every non-final trace is the
-sentinel −1 (there is no next prefill inside the trace); a call without routes is all −1.
+Routes: `harness.oracle.routes` states the rule position by position (owner call, repair of a
+call's final placeholder from the next prefill, the boundary sentinel −1).
 """
 
 from __future__ import annotations
@@ -23,11 +21,11 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from harness.core.batch import MISSING_ROUTE_SENTINEL
 from harness.core.errors import ConfigError
 from harness.core.expectations import ExpectedRow
 from harness.core.trace_plan import physical_trace_id
 from harness.oracle.plan import PlanTruth, TraceTruth, routes_of
+from harness.oracle.routes import CallRoutes, expected_row_routes
 
 
 def pixel_digest_of_data_url(url: str) -> str:
@@ -45,26 +43,13 @@ def pixel_digest_of_data_url(url: str) -> str:
 def trace_routes(
     trace: TraceTruth, layout: tuple[int, int], *, is_final_trace: bool
 ) -> tuple[np.ndarray, tuple[int, ...], tuple[int, ...]]:
-    """(routes (T, L, K), sentinel positions, repaired positions) of one row in the batch's [L, K] layout."""
-    out = np.empty((trace.num_tokens, *layout), dtype=np.int64)  # (T, L, K)
-    repaired: list[int] = []
-    done = 0
-    for call in trace.calls:
-        r = routes_of(call)
-        end = call.num_tokens
-        out[done:end] = MISSING_ROUTE_SENTINEL if r is None else r[done:end]
-        if done > 0:
-            if r is None:
-                out[done - 1] = MISSING_ROUTE_SENTINEL
-            else:
-                out[done - 1] = r[done - 1]
-                repaired.append(done - 1)
-        done = end
-    sentinels: tuple[int, ...] = ()
-    if not is_final_trace:
-        out[done - 1] = MISSING_ROUTE_SENTINEL
-        sentinels = (done - 1,)
-    return out, sentinels, tuple(repaired)
+    """(routes (T, L, K), sentinel positions, repaired positions) of one row in the batch's [L, K] layout.
+
+    The rule lives in `harness.oracle.routes` (stated position by position from the reference).
+    """
+    calls = [CallRoutes(c.num_tokens, routes_of(c)) for c in trace.calls]
+    row = expected_row_routes(calls, layout, is_final_trace=is_final_trace)
+    return row.routes, row.sentinel_positions, row.repaired_positions
 
 
 def expected_rows(

@@ -1,0 +1,106 @@
+"""Audit checks of the training step itself: loss, gradient norm, learning rate, updated weights, counts.
+
+The expected side is the oracle's `StepTruth` (float64, its own loss and optimizer code); the
+observed side is what the harness measured of the state it owns (`MeasuredStep`: weights before
+and after, the optimizer's and scheduler's own counters, the learning rate) plus the metrics the
+backend reported. Reported values are compared too, so a backend that trains right but reports
+wrong (or the reverse) is named for what it got wrong. Tolerances: `Tolerances.for_dtype`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+import torch
+
+from harness.audit.checks import Reporter, Tolerances, close
+from harness.audit.findings import Finding
+from harness.core import metrics as M
+from harness.core.training_state import MeasuredStep
+from harness.core.expectations import ExpectedTrainingStep as StepTruth
+
+
+def _metric(metrics: Mapping[str, float | int], key: str) -> float | None:
+    value = metrics.get(key)
+    try:
+        return None if value is None else float(value)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def check_counts_measured(report: Reporter, measured: MeasuredStep, metrics: Mapping[str, float | int]) -> list[Finding]:
+    """One optimizer update and one scheduler increment per logical batch, read from the state itself."""
+    out: list[Finding] = []
+    if measured.optimizer_steps != 1:
+        out.append(report("counts.optimizer", f"the optimizer's own step counter advanced by {measured.optimizer_steps} "
+                          "during one logical batch's step (measured by the harness)", expected=1,
+                          actual=measured.optimizer_steps))
+    elif measured.optimizer_steps_uneven:
+        out.append(report("counts.optimizer", "some parameters' optimizer step counters did not advance: the update "
+                          "skipped parameters", expected="every parameter updated once", actual="uneven counters"))
+    if measured.scheduler_increments != 1:
+        out.append(report("counts.scheduler", f"the LR scheduler's last_epoch advanced by {measured.scheduler_increments} "
+                          "during one logical batch's step (measured by the harness)", expected=1,
+                          actual=measured.scheduler_increments))
+    for key, value in ((M.OPTIMIZER_STEPS, measured.optimizer_steps),
+                       (M.SCHEDULER_STEP_INCREMENT, measured.scheduler_increments)):
+        reported = _metric(metrics, key)
+        if reported is not None and reported != value:
+            out.append(report("counts.reported", f"the backend reports {key} = {reported!r}; the harness measured "
+                              f"{value}", expected=value, actual=reported))
+    return out
+
+
+def check_step_quantities(
+    report: Reporter, truth: StepTruth, measured: MeasuredStep, metrics: Mapping[str, float | int], tol: Tolerances
+) -> list[Finding]:
+    """Loss and gradient norm (reported), learning rate (measured and reported) against the oracle."""
+    out: list[Finding] = []
+    lr = measured.lr
+    if not close(lr, truth.lr, 0.0, tol.lr_rtol):
+        out.append(report("train.lr", f"the optimizer stepped with learning rate {lr!r} (read from its param "
+                          f"groups); the schedule gives {truth.lr!r} at step {truth.step}", expected=truth.lr, actual=lr))
+    for key, want, atol, rtol, what in (
+        (M.LR, truth.lr, 0.0, tol.lr_rtol, "learning rate"),
+        ("loss", truth.loss, tol.loss_atol, tol.loss_rtol, "loss"),
+        (M.GRAD_NORM, truth.grad_norm, tol.grad_norm_atol, tol.grad_norm_rtol, "gradient norm (before clipping)"),
+    ):
+        got = _metric(metrics, key)
+        if got is None:
+            out.append(report("metric.missing", f"the step did not report {key}", expected=want, actual=None))
+        elif not close(got, want, atol, rtol):
+            out.append(report(f"train.{'grad_norm' if key == M.GRAD_NORM else key}",
+                              f"{what} {got!r}; the oracle computes {want!r} (|diff| {abs(got - want):.3g})",
+                              expected=want, actual=got))
+    return out
+
+
+def check_update(report: Reporter, truth: StepTruth, measured: MeasuredStep, tol: Tolerances) -> list[Finding]:
+    """Every parameter tensor after the step equals the oracle's AdamW update (max |diff| per tensor)."""
+    worst: list[tuple[float, str, float, float]] = []
+    after = measured.after.weights
+    for name in sorted(truth.params_after):
+        want = truth.params_after[name]
+        got = after.get(name)
+        if got is None or tuple(got.shape) != tuple(want.shape):
+            return [report("train.update", f"parameter {name!r} is missing or changed shape after the step",
+                           expected=list(want.shape), actual=None if got is None else list(got.shape))]
+        diff = (got.to(torch.float64) - want).abs()
+        bound = tol.update_atol + tol.update_rtol * (want - measured.before.weights[name]).abs()
+        excess = diff - bound
+        if bool((excess > 0).any()) or not bool(torch.isfinite(got).all()):
+            i = int(torch.argmax(torch.nan_to_num(excess, nan=math.inf)))
+            worst.append((float(diff.max()), name, float(want.flatten()[i]), float(got.flatten()[i])))
+    if not worst:
+        return []
+    worst.sort(key=lambda w: -w[0])
+    max_diff, name, want_v, got_v = worst[0]
+    moved = sum(float((measured.after.weights[n] - measured.before.weights[n]).abs().max()) for n in truth.params_after)
+    still = " (no parameter moved at all: the update was never applied)" if moved == 0.0 else ""
+    return [report("train.update", f"{len(worst)} of {len(truth.params_after)} parameter tensors differ from the "
+                   f"oracle's AdamW update; worst {name!r}, max |diff| {max_diff:.3g}{still}",
+                   expected=want_v, actual=got_v, row=name)]
+
+
+__all__ = ["check_counts_measured", "check_step_quantities", "check_update"]

@@ -1,0 +1,96 @@
+"""The oracle's own optimizer: gradient clipping, the learning-rate schedule and AdamW, in float64.
+
+Formulas (each the documented semantics, written out here so a trainer's optimizer is compared
+with arithmetic, not with another call to the same library):
+
+- **Gradient norm and clipping** (what NeMo-RL's workers do with `torch.nn.utils.clip_grad_norm_`):
+  ``‖g‖ = sqrt(Σ_p Σ g_p²)`` over every parameter; with ``max_grad_norm = c``, every gradient is
+  multiplied by ``min(1, c / (‖g‖ + 1e-6))``. The reported norm is the one *before* clipping.
+- **Learning rate** after ``n`` scheduler increments: ``lr_n = lr · min(1, (n + 1) / warmup)``,
+  or ``lr`` without warmup (compactsim's linear-warmup schedule, one increment per logical batch:
+  nemo-rl-semantics §3.7 — the schedule advances once per `train()` call, never per row).
+- **AdamW** (decoupled weight decay, Loshchilov & Hutter; the update `torch.optim.AdamW` documents),
+  at step ``t = 1, 2, ...``::
+
+      p ← p · (1 − lr·λ)
+      m ← β1·m + (1 − β1)·g          v ← β2·v + (1 − β2)·g²
+      p ← p − lr · (m / (1 − β1^t)) / (sqrt(v) / sqrt(1 − β2^t) + ε)
+
+  A parameter without a gradient is updated with ``g = 0`` (its moments still decay).
+
+The state (moments and step count) is the oracle's own: it starts from zeros and is carried from
+step to step from the oracle's gradients, never read back from a trainer.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import torch
+
+from harness.oracle.step_settings import OptimizerSettings
+
+#: Added to the norm before dividing (torch's clip_grad_norm_ and so NeMo-RL's workers).
+CLIP_EPS = 1e-6
+
+
+@dataclass(slots=True)
+class AdamState:
+    """AdamW moments per parameter name and the number of updates taken so far."""
+
+    step: int = 0
+    exp_avg: dict[str, torch.Tensor] = field(default_factory=dict)
+    exp_avg_sq: dict[str, torch.Tensor] = field(default_factory=dict)
+
+
+def learning_rate(settings: OptimizerSettings, increments: int) -> float:
+    """The learning rate after `increments` scheduler increments."""
+    if settings.lr_warmup_steps <= 0:
+        return settings.learning_rate
+    return settings.learning_rate * min(1.0, (increments + 1) / settings.lr_warmup_steps)
+
+
+def global_norm(grads: Mapping[str, torch.Tensor]) -> float:
+    """L2 norm of all gradients together, in float64."""
+    return math.sqrt(math.fsum(float((g.to(torch.float64) ** 2).sum()) for g in grads.values()))
+
+
+def clip(grads: Mapping[str, torch.Tensor], max_norm: float | None) -> tuple[dict[str, torch.Tensor], float]:
+    """(clipped gradients, norm before clipping)."""
+    norm = global_norm(grads)
+    if max_norm is None:
+        return dict(grads), norm
+    scale = min(1.0, max_norm / (norm + CLIP_EPS))
+    return {k: g * scale for k, g in grads.items()}, norm
+
+
+def adamw_update(
+    params: Mapping[str, torch.Tensor],
+    grads: Mapping[str, torch.Tensor],
+    state: AdamState,
+    settings: OptimizerSettings,
+    lr: float,
+) -> tuple[dict[str, torch.Tensor], AdamState]:
+    """(parameters after one AdamW step, the new state); inputs are left untouched."""
+    b1, b2 = settings.betas
+    t = state.step + 1
+    new = AdamState(step=t)
+    out: dict[str, torch.Tensor] = {}
+    bc1 = 1.0 - b1**t
+    bc2 = 1.0 - b2**t
+    for name, p in params.items():
+        p64 = p.to(torch.float64)
+        g = grads.get(name)
+        g = torch.zeros_like(p64) if g is None else g.to(torch.float64)
+        m = state.exp_avg.get(name, torch.zeros_like(p64)) * b1 + (1.0 - b1) * g
+        v = state.exp_avg_sq.get(name, torch.zeros_like(p64)) * b2 + (1.0 - b2) * g * g
+        decayed = p64 * (1.0 - lr * settings.weight_decay)
+        out[name] = decayed - lr * (m / bc1) / (v.sqrt() / math.sqrt(bc2) + settings.eps)
+        new.exp_avg[name] = m
+        new.exp_avg_sq[name] = v
+    return out, new
+
+
+__all__ = ["CLIP_EPS", "AdamState", "adamw_update", "clip", "global_norm", "learning_rate"]

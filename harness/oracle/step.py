@@ -1,0 +1,131 @@
+"""The oracle's training step: loss, gradient, gradient norm, learning rate and updated weights, in float64.
+
+For every optimizer step the harness measured (`harness.core.training_state`), the oracle takes
+its *own* expected rows (`harness.oracle.rows`), the weights the harness held before the backend's
+step, the scenario's loss and optimizer settings, and its own optimizer state carried from the
+previous step, and computes what a correct trainer must have done:
+
+1. the tiny policy's forward pass on each expected row (the simulated world: shared with the
+   pipeline, DESIGN §6a) with the row's own images and, under router replay, the oracle's own
+   expected routes; the reference policy (the harness's weights before step 0) when the KL
+   penalty is on;
+2. the loss with NeMo-RL's clipped-PG semantics (`harness.oracle.step_loss`), token level,
+   normalised once by the global trained-token count ``N = Σ_rows sample_mask · |trained tokens|``
+   (+1e-8): nemo-rl-semantics §4.6, where per-micro-batch losses divided by the global count sum
+   to exactly this;
+3. its gradient by autograd on a float64 copy of the weights, the norm before clipping, clipping,
+   the learning rate, and the AdamW update (`harness.oracle.optimizer`).
+
+The forward pass runs one row at a time: the oracle needs no micro-batching, padding or
+data-parallel layout, so a trainer whose accumulation or normalisation depends on them disagrees.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import torch
+
+from harness.core.errors import ConfigError
+from harness.core.expectations import ExpectedRow
+from harness.core.expectations import ExpectedTrainingStep as StepTruth
+from harness.core.policy import TinyPolicy
+from harness.oracle.optimizer import AdamState, adamw_update, clip, learning_rate
+from harness.oracle.step_loss import NORMALIZER_EPS, row_loss
+from harness.oracle.step_settings import StepSettings
+
+
+def decode_pixels(data_url: str) -> torch.Tensor:
+    """A data-URL image as (3, H, W) float64 RGB values k/255, decoded with Pillow."""
+    from PIL import Image
+
+    head, sep, body = data_url.partition(",")
+    if not sep or not head.startswith("data:image/") or not head.endswith(";base64"):
+        raise ConfigError("invalid_argument", f"media data URL {data_url[:40]!r}: expected data:image/<type>;base64,...")
+    with Image.open(io.BytesIO(base64.b64decode(body, validate=True))) as im:
+        rgb = np.asarray(im.convert("RGB"), dtype=np.float64)  # (H, W, 3)
+    return torch.from_numpy(rgb / 255.0).permute(2, 0, 1).contiguous()
+
+
+def _model(config: object, weights: Mapping[str, torch.Tensor], *, grad: bool) -> TinyPolicy:
+    model = TinyPolicy(config).to(torch.float64)  # type: ignore[arg-type]
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            p.copy_(weights[name])
+    model.train(grad)
+    return model.requires_grad_(grad)
+
+
+def _row_logprobs(model: TinyPolicy, row: ExpectedRow, images: Sequence[torch.Tensor], routes: bool) -> torch.Tensor:
+    """Logprobs of the row's trained tokens, in position order (carries the gradient when the model does)."""
+    ids = torch.tensor([row.input_ids], dtype=torch.long)
+    replay = None
+    if routes and row.routes is not None:
+        replay = torch.from_numpy(np.ascontiguousarray(row.routes, dtype=np.int64))[None]
+    lp = model.token_logprobs(ids, [list(images)], replay)[0]  # (T,) own-position
+    return lp[list(row.trainable_positions)]
+
+
+def expected_step(
+    step: int,
+    rows: Sequence[ExpectedRow],
+    pixels: Mapping[str, torch.Tensor],
+    weights_before: Mapping[str, torch.Tensor],
+    model_config: object,
+    settings: StepSettings,
+    state: AdamState,
+    *,
+    reference_weights: Mapping[str, torch.Tensor] | None,
+    scheduler_increments: int,
+) -> tuple[StepTruth, AdamState]:
+    """One step's truth and the oracle's optimizer state after it (see the module docstring)."""
+    loss_settings = settings.loss
+    beta = loss_settings.reference_policy_kl_penalty
+    if beta != 0 and reference_weights is None:
+        raise ConfigError("invalid_argument", "the KL penalty is on: the reference weights are needed")
+    trained = [r for r in rows if r.sample_mask != 0 and r.mask_spans]
+    n_tokens = float(sum(r.sample_mask * len(r.trainable_positions) for r in trained))
+    denominator = n_tokens + NORMALIZER_EPS
+
+    policy = _model(model_config, weights_before, grad=True)
+    reference = _model(model_config, reference_weights, grad=False) if beta != 0 and reference_weights else None
+    actor_total = 0.0
+    kl_total = 0.0
+    for row in trained:
+        images = [pixels[m] for m in row.media_ids]
+        lp = _row_logprobs(policy, row, images, settings.router_replay)
+        gen = torch.tensor(row.generation_logprobs, dtype=torch.float64)
+        ref = None
+        if reference is not None:
+            with torch.no_grad():
+                ref = _row_logprobs(reference, row, images, settings.router_replay)
+        contrib = row_loss(lp, gen, ref, row.advantage, loss_settings)
+        weighted = (contrib.actor_sum + contrib.kl_sum) * row.sample_mask / denominator
+        weighted.backward()
+        actor_total += float(contrib.actor_sum.detach()) * row.sample_mask
+        kl_total += float(contrib.kl_sum.detach()) * row.sample_mask
+
+    grads = {name: (p.grad.detach().clone() if p.grad is not None else torch.zeros_like(p))
+             for name, p in policy.named_parameters()}
+    clipped, norm = clip(grads, settings.optimizer.max_grad_norm)
+    lr = learning_rate(settings.optimizer, scheduler_increments)
+    after, new_state = adamw_update(weights_before, clipped, state, settings.optimizer, lr)
+    actor_loss = actor_total / denominator
+    kl_loss = kl_total / denominator
+    truth = StepTruth(
+        step=step,
+        loss=actor_loss + kl_loss,
+        actor_loss=actor_loss,
+        kl_penalty=kl_loss / beta if beta != 0 else 0.0,
+        grad_norm=norm,
+        lr=lr,
+        global_valid_tokens=n_tokens,
+        params_after=after,
+    )
+    return truth, new_state
+
+
+__all__ = ["StepTruth", "decode_pixels", "expected_step"]
