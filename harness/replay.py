@@ -125,7 +125,8 @@ def diagnose_payload(results: Sequence[Mapping[str, Any]], *, backend_spec: str,
 
     zeros = torch.zeros(batch.row_input_ids.shape, dtype=torch.float64)
     artifact = artifact_from_batch(batch, step=0, trained_policy_version=0, prev_logprobs=zeros, reference_logprobs=None,
-                                   routes_used=batch.routed_experts, metrics=batch.metrics())
+                                   routes_used=batch.routed_experts, metrics=batch.metrics(),
+                                   optimizer_steps=0, scheduler_increments=0)  # nothing trained: only rows are audited
     step: ObservedStep = observed_from_artifact(artifact)
     findings = check_padding(Reporter("payload", 0, f"compactsim replay <file> --backend {backend_spec}"), step, None)
     rows = tuple(

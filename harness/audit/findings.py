@@ -15,6 +15,8 @@ from typing import Any
 #: Every check name with what it means; the order is the order findings are reported in.
 CHECKS: dict[str, str] = {
     "run.harness_error": "The harness itself failed (invalid scenario, server start, oracle): no verdict was reached.",
+    "backend.error": "The backend raised an exception no contract names, or returned a malformed result "
+    "(the exception type, message and raising frame are in the message).",
     "verdict.unexpected_error": "The run raised an error although the scenario must succeed.",
     "verdict.expected_error": "The scenario must be refused with an error code, but the run succeeded.",
     "verdict.error_code": "The run was refused with a different error code than the scenario's.",
@@ -37,6 +39,7 @@ CHECKS: dict[str, str] = {
     "row.pixels": "The pixels behind the row's images differ (digest of RGB uint8 H×W×3).",
     "row.sentinel": "A boundary position lacks the all -1 route sentinel (or has one where it must not).",
     "row.route": "A replayed route differs from the route the generator recorded.",
+    "row.routes_missing": "Router replay is on and the server recorded routes, but the row trained without any.",
     "rollout.advantage": "A logical rollout's GRPO advantage differs.",
     "padding.order": "A padding row sits before a real row.",
     "padding.weight": "A padding row has a non-zero mask, advantage, sample mask or length.",
@@ -44,6 +47,11 @@ CHECKS: dict[str, str] = {
     "padding.count": "More (or fewer) padding rows than needed to reach divisibility.",
     "counts.optimizer": "Not exactly one optimizer step per logical batch.",
     "counts.scheduler": "Not exactly one LR-scheduler increment per logical batch.",
+    "counts.reported": "The backend reports step counts that differ from what the harness measured of its state.",
+    "train.lr": "The optimizer stepped with (or reported) another learning rate than the schedule gives.",
+    "train.loss": "The reported loss differs from the oracle's clipped-PG loss of the expected rows.",
+    "train.grad_norm": "The reported gradient norm (before clipping) differs from the oracle's.",
+    "train.update": "A parameter tensor after the step differs from the oracle's AdamW update (max |diff| named).",
     "metric.missing": "The step did not report a metric the scenario checks.",
     "metric.exact": "A metric the oracle computes exactly has another value.",
     "metric.expectation": "A declared metric expectation does not hold.",

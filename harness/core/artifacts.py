@@ -117,10 +117,12 @@ class StepArtifact:
     row_sentinel_positions: tuple[tuple[int, ...], ...]
     logical: tuple[Mapping[str, Any], ...]
     metrics: Mapping[str, float | int]
+    #: This step's optimizer updates and LR-scheduler increments, as the trainer counted them (no default:
+    #: a trainer that does not count cannot claim one).
+    optimizer_steps: int
+    scheduler_increments: int
     dp_size: int = 1
     micro_batch_size: int = 1
-    optimizer_steps: int = 1
-    scheduler_increments: int = 1
     replay: Mapping[str, Any] | None = field(default=None)
 
     @property
@@ -155,8 +157,8 @@ def artifact_from_batch(
     reference_logprobs: torch.Tensor | None,
     routes_used: torch.Tensor | None,
     metrics: Mapping[str, float | int],
-    optimizer_steps: int = 1,
-    scheduler_increments: int = 1,
+    optimizer_steps: int,
+    scheduler_increments: int,
     replay: Mapping[str, Any] | None = None,
 ) -> StepArtifact:
     """The artifact of one step that trained on `batch` (tensors may live on any device)."""

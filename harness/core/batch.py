@@ -224,8 +224,6 @@ class TraceBatch:
             M.ROWS_PER_ROLLOUT_MAX: max(rows_per, default=0),
             M.LOGICAL_ADVANTAGES_MEAN: float(np.mean(logical_adv)) if logical_adv else 0.0,
             M.LOGICAL_ADVANTAGES_SUM: float(np.sum(logical_adv, dtype=np.float64)) if logical_adv else 0.0,
-            M.SCHEDULER_STEP_INCREMENT: 1,
-            M.OPTIMIZER_STEPS: self.optimizer_steps,
             M.ADVANTAGES_SUM: float((adv * mask).sum().item()),
             M.ADVANTAGES_MEAN: float((adv * mask).sum().item() / n_on) if n_on else 0.0,
             M.ADVANTAGES_MIN: float(adv[on].min().item()) if n_on else 0.0,

@@ -22,10 +22,14 @@ ROWS_PER_ROLLOUT_MAX = "physical_trace_training/rows_per_rollout_max"
 #: Mean and sum of the logical (one value per rollout) GRPO advantages.
 LOGICAL_ADVANTAGES_MEAN = "physical_trace_training/logical_advantages/mean"
 LOGICAL_ADVANTAGES_SUM = "physical_trace_training/logical_advantages/sum"
-#: LR-scheduler increments per optimizer step: always 1, whatever the row count.
+#: LR-scheduler increments this step made (must be 1, whatever the row count). Counted from the
+#: scheduler's own `last_epoch` — by the trainer in its metrics, and again by the harness, which
+#: replaces the reported value with what it measured (never a constant).
 SCHEDULER_STEP_INCREMENT = "physical_trace_training/scheduler_step_increment"
-#: Optimizer steps this batch makes: one per logical batch.
+#: Optimizer updates this step made (must be 1 per logical batch), counted from the optimizer's own state.
 OPTIMIZER_STEPS = "physical_trace_training/optimizer_steps"
+#: The per-step counts above: reported by the trainer, measured by the harness.
+STEP_COUNT_KEYS: tuple[str, ...] = (OPTIMIZER_STEPS, SCHEDULER_STEP_INCREMENT)
 
 #: Token-level advantage statistics over the materialised rows (masked by token_mask).
 ADVANTAGES_SUM = "advantages/sum"
@@ -37,7 +41,7 @@ NUM_MASK_SAMPLE_FILTERED = "num_mask_sample_filtered"
 #: Sum of real rows' unpadded lengths (prompts included; padding rows never count).
 TOTAL_NUM_TOKENS = "total_num_tokens"
 
-#: Every key `TraceBatch.metrics()` returns, in a stable order.
+#: Every key `TraceBatch.metrics()` returns, in a stable order (the counts are not batch properties).
 BATCH_METRIC_KEYS: tuple[str, ...] = (
     NUM_PHYSICAL_ROWS,
     NUM_PADDING_ROWS,
@@ -46,8 +50,6 @@ BATCH_METRIC_KEYS: tuple[str, ...] = (
     ROWS_PER_ROLLOUT_MAX,
     LOGICAL_ADVANTAGES_MEAN,
     LOGICAL_ADVANTAGES_SUM,
-    SCHEDULER_STEP_INCREMENT,
-    OPTIMIZER_STEPS,
     ADVANTAGES_SUM,
     ADVANTAGES_MEAN,
     ADVANTAGES_MIN,
@@ -113,6 +115,7 @@ __all__ = [
     "ROWS_PER_ROLLOUT_MAX",
     "SCHEDULER_STEP_COUNT",
     "SCHEDULER_STEP_INCREMENT",
+    "STEP_COUNT_KEYS",
     "TIMING_GENERATION",
     "TIMING_MATERIALIZE",
     "TIMING_PREFIX",

@@ -55,6 +55,8 @@ class TrainerView:
     micro_batch_size: int
     async_mode: bool
     importance_sampling_correction: bool
+    router_replay: bool = False
+    max_total_sequence_length: int = 4096
 
     @classmethod
     def of(cls, scenario: Scenario) -> TrainerView:
@@ -73,6 +75,8 @@ class TrainerView:
             micro_batch_size=int(p.get("train_micro_batch_size", 1)),
             async_mode=bool((g.get("async_grpo") or {}).get("enabled", False)),
             importance_sampling_correction=bool(loss.get("use_importance_sampling_correction", False)),
+            router_replay=bool(p.get("router_replay_enabled", False)),
+            max_total_sequence_length=int(p.get("max_total_sequence_length", 4096)),
         )
 
 
@@ -139,8 +143,15 @@ def _versions(truth: RolloutTruth) -> set[int | None]:
     return {c.policy_version for c in truth.calls}
 
 
-def batch_error(truths: Sequence[RolloutTruth], view: TrainerView) -> ExpectedError | None:
-    """The first batch-level error of a batch (as received, duplicates included) whose every rollout planned."""
+def batch_error(
+    truths: Sequence[RolloutTruth], view: TrainerView, plans: Mapping[str, PlanTruth] | None = None
+) -> ExpectedError | None:
+    """The first batch-level error of a batch (as received, duplicates included) whose every rollout planned.
+
+    Order (documented in the README's error table): duplicate logical ids, group sizes, generation
+    versions, a rollout with nothing to train, route layouts, router replay without routes, then a row
+    longer than `policy.max_total_sequence_length` (the first such rollout in batch order).
+    """
     if not truths:
         return ExpectedError("no_eligible_tokens", None, None)
     counts = Counter(t.rollout_id for t in truths)
@@ -183,6 +194,12 @@ def batch_error(truths: Sequence[RolloutTruth], view: TrainerView) -> ExpectedEr
             if layout is not None and this != layout:
                 return ExpectedError("inconsistent_routed_expert_shapes", t.rollout_id, None)
             layout = this
+    if view.router_replay and layout is None:
+        return ExpectedError("missing_routed_experts", None, None)  # the trainer refuses to train without replay
+    for t in unique:
+        plan = (plans or {}).get(t.rollout_id)
+        if plan is not None and any(tr.num_tokens > view.max_total_sequence_length for tr in plan.traces):
+            return ExpectedError("sequence_too_long", t.rollout_id, None)
     return None
 
 
@@ -255,7 +272,8 @@ def expect_step(
     view = TrainerView.of(scenario)
     members = _batch_members(scenario, step, truths)
     plan_error = next((m.plan.error for m in members if m.plan.error is not None), None)
-    batch_err = batch_error([m.truth for m in members], view) if plan_error is None else None
+    plans_by_id = {m.truth.rollout_id: m.plan for m in members}
+    batch_err = batch_error([m.truth for m in members], view, plans_by_id) if plan_error is None else None
     ok = plan_error is None and batch_err is None
 
     unique: dict[str, _Member] = {}

@@ -9,6 +9,8 @@ rollout is its own group.
 
 from __future__ import annotations
 
+import hashlib
+
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -93,9 +95,16 @@ class RolloutTruth:
 
     @property
     def group_key(self) -> str:
-        """GRPO groups by group id, then task id, then the rollout itself (never by row)."""
+        """GRPO groups by group id, then task id (never by row).
+
+        Without a contract the trainer sees no id at all, and NeMo-RL groups identical first-turn prompts
+        (nemo-rl-semantics §3.2): key ``prompt-<first 16 hex of sha256 of the first prompt's ids as compact JSON>``.
+        """
         if not self.has_contract:
-            return self.rollout_id
+            if not self.calls:
+                return self.rollout_id
+            text = "[" + ",".join(str(int(i)) for i in self.calls[0].prompt) + "]"
+            return "prompt-" + hashlib.sha256(text.encode("ascii")).hexdigest()[:16]
         return self.group_id or self.task_id or self.rollout_id
 
     @property

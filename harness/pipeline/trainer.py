@@ -195,10 +195,13 @@ def train_step(state: TrainState, batch: TraceBatch, cfg: TrainerConfig) -> Step
 
     # ---- 4. exactly one optimizer step and one scheduler increment per logical batch
     lr = float(state.optimizer.param_groups[0]["lr"])
+    updates_before, epoch_before = _optimizer_updates(state.optimizer), state.scheduler_steps
     state.optimizer.step()
     state.optimizer_steps += 1
     state.scheduler.step()
     state.version += 1
+    updates = _optimizer_updates(state.optimizer) - updates_before  # counted from the optimizer's own state
+    increments = state.scheduler_steps - epoch_before
 
     # ---- 5. metrics and the step artifact
     train_metrics: dict[str, float | int] = {
@@ -210,6 +213,8 @@ def train_step(state: TrainState, batch: TraceBatch, cfg: TrainerConfig) -> Step
         M.TRAINED_POLICY_VERSION: trained_version,
         M.OPTIMIZER_STEP_COUNT: state.optimizer_steps,
         M.SCHEDULER_STEP_COUNT: state.scheduler_steps,
+        M.OPTIMIZER_STEPS: updates,
+        M.SCHEDULER_STEP_INCREMENT: increments,
     }
     metrics = step_metrics(batch, train_metrics)
     artifact = artifact_from_batch(
@@ -220,6 +225,8 @@ def train_step(state: TrainState, batch: TraceBatch, cfg: TrainerConfig) -> Step
         reference_logprobs=ref,
         routes_used=row_routes,
         metrics=metrics,
+        optimizer_steps=updates,
+        scheduler_increments=increments,
     )
     return StepResult(
         step=step, batch=batch, metrics=metrics, artifact=artifact, prev_logprobs=prev,
@@ -305,6 +312,12 @@ def _row_images(batch: TraceBatch, *, dtype: torch.dtype, device: torch.device) 
     return out
 
 
+def _optimizer_updates(optimizer: torch.optim.Optimizer) -> int:
+    """Updates the optimizer has applied so far: the largest per-parameter ``step`` in its state."""
+    steps = [s.get("step", 0) for s in optimizer.state.values()]
+    return max((int(v.item()) if isinstance(v, torch.Tensor) else int(v) for v in steps), default=0)
+
+
 def _take_grads(params: Sequence[torch.Tensor]) -> list[torch.Tensor]:
     """Detach each parameter's accumulated gradient (zeros where none) and clear `.grad`."""
     grads = []
@@ -337,6 +350,28 @@ def _check_batch(batch: TraceBatch, cfg: TrainerConfig) -> None:
             f"batch.optimizer_steps={batch.optimizer_steps}: one logical batch is exactly one optimizer step",
         )
     real = batch.parent_indices >= 0
+    _check_versions(batch, cfg, real)
+    if p.router_replay_enabled and batch.routed_experts is None and bool(real.any()):
+        # NeMo-RL sets require_routed_experts from policy.router_replay.enabled: no routes is fatal, not a
+        # silent fallback to the router (nemo-rl-semantics §1.6)
+        raise ContractError(
+            "missing_routed_experts",
+            detail="policy.router_replay_enabled is on but no call of this batch recorded routed experts; start the "
+            "model server with route capture or turn router replay off",
+        )
+    too_long = (batch.row_input_lengths > p.max_total_sequence_length) & real
+    if bool(too_long.any()):
+        row = int(too_long.nonzero()[0])
+        raise ContractError(
+            "sequence_too_long",
+            rollout_id=batch.row_logical_rollout_id[row],
+            detail=f"row {row} ({batch.row_physical_trace_id[row]}) has {int(batch.row_input_lengths[row])} tokens; "
+            f"policy.max_total_sequence_length is {p.max_total_sequence_length}",
+        )
+
+
+def _check_versions(batch: TraceBatch, cfg: TrainerConfig, real: torch.Tensor) -> None:
+    """Generation versions are mixed only in async GRPO with importance-sampling correction."""
     versions = sorted(set(batch.row_generation_policy_version[real].tolist()))
     if len(versions) <= 1:
         return

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import json
 from pathlib import Path
 
 import pytest
@@ -19,7 +20,16 @@ BROKEN = (
     "own_only_new_images",
     "count_padding_tokens",
     "scheduler_per_row",
+    "never_updates",
+    "microbatch_normalised_loss",
+    "row_mean_loss",
+    "sequence_level_importance_weights",
+    "routes_dropped",
+    "extra_optimizer_steps",
+    "mask_sample_trained",
 )
+#: Backends that fail outright: the run must end in a `backend.error` finding, not a crash.
+CRASHING = ("crashing_train_step", "malformed_result")
 
 
 @pytest.mark.parametrize("module", BROKEN)
@@ -32,6 +42,47 @@ def test_broken_backend_provokes_its_paired_finding(module: str):
     hits = [f for f in rec.findings if f.check == mod.EXPECTED_CHECK]
     assert hits, [f.check for f in rec.findings]
     assert all(f.reproduce == f"compactsim run {mod.SCENARIO} --seed 0 --backend {spec}" for f in rec.findings)
+
+
+@pytest.mark.parametrize("module", CRASHING)
+def test_failing_backend_is_a_finding_with_the_raising_frame(module: str):
+    mod = importlib.import_module(f"tests.quality.{module}")
+    spec = f"tests.quality.{module}:Backend"
+    rec = run_scenario(resolve_scenarios([mod.SCENARIO])[0], RunOptions(backend=spec)).record
+    assert (rec.passed, rec.observed) == (False, "error:backend_error")
+    [finding] = rec.findings
+    assert (finding.check, finding.step) == ("backend.error", 0)
+    assert " (at " in finding.message and ".py:" in finding.message
+    assert finding.reproduce == f"compactsim run {mod.SCENARIO} --seed 0 --backend {spec}"
+
+
+def test_a_crashing_backend_does_not_stop_the_suite_and_the_outputs_are_written(tmp_path: Path):
+    backend = "tests.quality.crashing_train_step:Backend"
+    out = tmp_path / "out"
+    result = CliRunner().invoke(app, ["run", "no-compaction", "text-only-rollout", "--backend", backend, "--out", str(out)])
+    assert result.exit_code == 1, result.output
+    summary = json.loads((out / "summary.json").read_text())
+    assert [(s["name"], s["observed"]) for s in summary["scenarios"]] == [
+        ("no-compaction", "error:backend_error"), ("text-only-rollout", "error:backend_error")]
+    assert (out / "report.html").is_file()
+    assert "RuntimeError: CUDA error: an illegal memory access was encountered" in result.output
+
+
+def test_never_updating_backend_is_named_at_every_step_with_the_tensor():
+    rec = run_scenario(resolve_scenarios(["scripted-three-steps"])[0],
+                       RunOptions(backend="tests.quality.never_updates:Backend")).record
+    updates = [f for f in rec.findings if f.check == "train.update"]
+    assert [f.step for f in updates] == [0, 1, 2]
+    assert all("the update was never applied" in f.message and f.row for f in updates)
+
+
+def test_extra_optimizer_steps_are_measured_not_taken_from_the_backends_report():
+    rec = run_scenario(resolve_scenarios(["scripted-three-steps"])[0],
+                       RunOptions(backend="tests.quality.extra_optimizer_steps:Backend")).record
+    counts = [f for f in rec.findings if f.check == "counts.optimizer"]
+    reported = [f for f in rec.findings if f.check == "counts.reported"]
+    assert [(f.step, f.expected, f.actual) for f in counts] == [(0, 1, 8), (1, 1, 8), (2, 1, 8)]
+    assert [(f.step, f.expected, f.actual) for f in reported] == [(0, 8, 1.0), (1, 8, 1.0), (2, 8, 1.0)]
 
 
 def test_broadcast_first_advantage_names_the_other_rollouts_first_trainable_token():

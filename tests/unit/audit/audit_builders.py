@@ -172,6 +172,8 @@ def artifact(step: int = 0, order: tuple[int, ...] = (0, 1, 2)) -> StepArtifact:
         row_sentinel_positions=tuple(row.sentinel_positions for row in rows) + ((),),
         logical=tuple(logical),
         metrics={**METRICS, M.OPTIMIZER_STEP_COUNT: step + 1, M.SCHEDULER_STEP_COUNT: step + 1},
+        optimizer_steps=1,
+        scheduler_increments=1,
         dp_size=2,
         micro_batch_size=1,
     )

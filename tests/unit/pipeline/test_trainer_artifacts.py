@@ -41,7 +41,7 @@ def _artifact(**changes) -> StepArtifact:
     prev = batch.row_generation_logprobs + 0.125 * batch.row_token_mask
     metrics = {"loss": -0.5, "token_mult_prob_error": 1.0, "probs_ratio_min": float("inf"), "grad_norm": 0.25}
     args = dict(step=4, trained_policy_version=7, prev_logprobs=prev, reference_logprobs=None,
-                routes_used=batch.routed_experts, metrics=metrics)
+                routes_used=batch.routed_experts, metrics=metrics, optimizer_steps=1, scheduler_increments=1)
     args.update(changes)
     return artifact_from_batch(batch, **args)
 
@@ -115,7 +115,7 @@ def test_artifact_rejects_a_non_binary_token_mask():
     with pytest.raises(ValueError, match="row_token_mask holds values other than 0 and 1"):
         artifact_from_batch(replace(batch, row_token_mask=batch.row_token_mask * 0.5), step=0, trained_policy_version=0,
                             prev_logprobs=batch.row_generation_logprobs, reference_logprobs=None, routes_used=None,
-                            metrics={})
+                            metrics={}, optimizer_steps=1, scheduler_increments=1)
 
 
 def test_artifact_rejects_unknown_or_missing_arrays_and_wrong_shapes():

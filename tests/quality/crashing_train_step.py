@@ -1,0 +1,18 @@
+"""Broken backend: `train_step` raises an exception no contract names (a crash, not a refusal)."""
+
+from __future__ import annotations
+
+from harness.core.batch import TraceBatch
+from harness.pipeline.backend import ReferenceBackend
+from harness.pipeline.train_config import TrainerConfig
+from harness.pipeline.trainer import StepResult, TrainState
+
+EXPECTED_CHECK = "backend.error"
+SCENARIO = "no-compaction"
+
+
+class Backend(ReferenceBackend):
+    name = "crashing-train-step"
+
+    def train_step(self, state: TrainState, batch: TraceBatch, cfg: TrainerConfig) -> StepResult:
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")

@@ -1,0 +1,23 @@
+"""Broken backend: `optimizer.step()` once more for every extra physical row; its own counters left alone."""
+
+from __future__ import annotations
+
+from harness.core.batch import TraceBatch
+from harness.pipeline.backend import ReferenceBackend
+from harness.pipeline.train_config import TrainerConfig
+from harness.pipeline.trainer import StepResult, TrainState
+
+EXPECTED_CHECK = "counts.optimizer"
+SCENARIO = "scripted-three-steps"
+
+
+class Backend(ReferenceBackend):
+    """Counts by physical row under the hood while reporting one step per logical batch."""
+
+    name = "extra-optimizer-steps"
+
+    def train_step(self, state: TrainState, batch: TraceBatch, cfg: TrainerConfig) -> StepResult:
+        result = super().train_step(state, batch, cfg)
+        for _ in range(batch.num_real_rows - 1):
+            state.optimizer.step()  # the gradients are still there: every extra call moves the weights again
+        return result

@@ -1,0 +1,23 @@
+"""Broken backend: router replay silently off — the batch's routed experts are dropped before training."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from harness.core.batch import TraceBatch
+from harness.pipeline.backend import ReferenceBackend
+from harness.pipeline.train_config import TrainerConfig
+from harness.pipeline.trainer import StepResult, TrainState
+
+EXPECTED_CHECK = "row.routes_missing"
+SCENARIO = "image-compaction-k2-rolling"
+
+
+class Backend(ReferenceBackend):
+    """Trains with the model's own router (replay switched off), still declaring the boundary sentinels."""
+
+    name = "routes-dropped"
+
+    def train_step(self, state: TrainState, batch: TraceBatch, cfg: TrainerConfig) -> StepResult:
+        no_replay = cfg.model_copy(update={"policy": cfg.policy.model_copy(update={"router_replay_enabled": False})})
+        return super().train_step(state, replace(batch, routed_experts=None), no_replay)
