@@ -179,7 +179,12 @@ def resolve_scenarios(selectors: Sequence[str]) -> tuple[Any, ...]:
 
 
 def prepare_scenario(scenario: Any, options: RunOptions) -> Any:
-    """The scenario under the run's seed and step cap (a `ConfigError` when the cap cuts off its mutation)."""
+    """The scenario under the run's seed and step cap (a `ConfigError` when the cap cuts off its mutation).
+
+    A cap also rescales the scenario's step-count expectations (``sum(optimizer_steps) == 20``
+    becomes ``== 6`` under ``--steps 6``), so a capped run of a passing scenario passes.
+    """
+    from scenarios.metric_expectations import scale_step_counts
     from scenarios.model import Scenario
 
     data = scenario.to_data()
@@ -187,6 +192,8 @@ def prepare_scenario(scenario: Any, options: RunOptions) -> Any:
         data["seed"] = options.seed
     if options.max_steps is not None and options.max_steps < scenario.steps:
         data["steps"] = options.max_steps
+        if data.get("metrics"):
+            data["metrics"] = scale_step_counts(data["metrics"], scenario.steps, options.max_steps)
     return scenario if data == scenario.to_data() else Scenario.model_validate(data)
 
 
@@ -270,10 +277,10 @@ def _observe_result(result: Any, k: int, measured: MeasuredStep) -> tuple[Observ
     for key, value in metrics.items():
         if not isinstance(key, str) or isinstance(value, bool) or not isinstance(value, (int, float)):
             raise TypeError(f"metric {key!r} = {value!r}: metrics map names to numbers")
-    reported = {key: metrics[key] for key in (M.OPTIMIZER_STEPS, M.SCHEDULER_STEP_INCREMENT) if key in metrics}
+    reported = {key: metrics[key] for key in M.STEP_COUNT_KEYS if key in metrics}
     # the harness owns the counts: what it measured replaces what the backend says (kept under `reported`)
     metrics[M.OPTIMIZER_STEPS] = measured.optimizer_steps
-    metrics[M.SCHEDULER_STEP_INCREMENT] = measured.scheduler_increments
+    metrics[M.SCHEDULER_INCREMENTS] = measured.scheduler_increments
     step = dataclasses.replace(step, metrics=metrics, measured=measured, reported_counts=reported)
     npz, meta = encode_step_artifact(artifact)
     return step, npz, meta_to_json(meta).encode("utf-8")
@@ -397,9 +404,17 @@ def _execute(
         with open_servers(build.model_settings, build.reward_settings, options.server) as servers:
             if scenario.mode == "policy":
                 _sync_initial_weights(servers.model, state, cfg.policy.precision)
+            # async GRPO (NeMo-RL §6.3): step j's groups are generated `lead` optimizer steps ahead, with the
+            # weights of that moment, so step j trains on rollouts of version max(0, j - lead)
+            a = cfg.grpo.async_grpo
+            lead = a.max_trajectory_age_steps if a.enabled else 0
+            ahead: dict[int, Any] = {}
             for k in range(scenario.steps):
                 with clock.stage("collect"):
-                    collected = collect(build.specs[k], servers, executor=LocalExecutor(options.workers))
+                    for j in range(k, min(scenario.steps, k + lead + 1)):
+                        if j not in ahead:
+                            ahead[j] = collect(build.specs[j], servers, executor=LocalExecutor(options.workers))
+                    collected = ahead.pop(k)
                     logs_by_step.append([c.ground_truth for c in collected])
                     results = step_results(scenario, k, collected)
                 with clock.stage("write"):
@@ -585,23 +600,13 @@ def gym_record(runs: Sequence[ScenarioRun], gym_check: Path | None = None) -> di
 
 def write_outputs(out: Path, runs: Sequence[ScenarioRun], suite: SuiteRecord, *, total_seconds: float | None = None,
                   executor: str = "local") -> dict[str, Path]:
-    """Write every scenario's files, `summary.json`, `timings.json` and `report.html` under `out`."""
-    from harness.report.html import format_report_html
-    from harness.report.summary import format_summary_json, format_timings
+    """Write every scenario's files, `timings.json`, `report.html` and `summary.json` (last) under `out`.
 
-    out.mkdir(parents=True, exist_ok=True)
-    for run in runs:
-        base = out / "scenarios" / run.record.name
-        for rel, data in sorted(run.files.items()):
-            path = base / rel
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_bytes(data)
-    paths = {"summary": out / "summary.json", "timings": out / "timings.json", "report": out / "report.html"}
-    paths["summary"].write_text(format_summary_json(suite), encoding="utf-8")
-    paths["timings"].write_text(format_timings(suite, total_seconds=total_seconds, extra={"executor": executor}),
-                                encoding="utf-8")
-    paths["report"].write_text(format_report_html(suite), encoding="utf-8")
-    return paths
+    Through a temporary sibling folder, replacing the previous run's entries (`harness.outputs`).
+    """
+    from harness.outputs import write_outputs as write_output_files
+
+    return write_output_files(out, runs, suite, total_seconds=total_seconds, executor=executor)
 
 
 def load_saved_run(directory: Path) -> tuple[Any, RunOptions, dict[str, Any] | None]:

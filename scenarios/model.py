@@ -431,7 +431,8 @@ class Scenario(_Strict):
         """The trainer settings as plain data: scenario defaults, then `trainer` merged over them.
 
         Defaults: one optimizer step per logical batch of `groups × group_size` rollouts, float64
-        numerics (exact comparisons) and router replay on.
+        numerics (exact comparisons) and router replay on exactly when the server records routes
+        (a scenario that turns it on without routes tests the refusal).
         """
         base: dict[str, Any] = {
             "grpo": {
@@ -444,7 +445,7 @@ class Scenario(_Strict):
                 "train_global_batch_size": self.groups * self.group_size,
                 "precision": "float64",
                 "logprob_dtype": "float64",
-                "router_replay_enabled": True,
+                "router_replay_enabled": self.routes,
             },
         }
         return deep_merge(base, self.trainer)

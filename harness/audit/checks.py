@@ -279,11 +279,15 @@ def check_row_advantages(report: Reporter, want: ExpectedRow, got: ObservedRow, 
         out.append(report("row.advantage", f"{len(bad)} of {int(on.sum())} trainable tokens carry another advantage "
                           f"than the parent's {want.advantage!r}; first at position {p}",
                           expected=want.advantage, actual=float(adv[p]), row=rid, position=p))
-    off = np.flatnonzero((~on) & (adv != 0.0))
+    # Off the mask a position holds 0 (compactsim's rows) or the parent's advantage broadcast over the
+    # whole row (NeMo-RL's `advantages.expand(mask.shape)`, nemo-rl-semantics §3.3): both train the same.
+    broadcast = np.asarray([close(float(v), want.advantage, tol.advantage_atol, tol.advantage_rtol) for v in adv])
+    off = np.flatnonzero((~on) & (adv != 0.0) & ~broadcast) if adv.size else np.zeros(0, dtype=np.int64)
     if off.size:
         p = int(off[0])
-        out.append(report("row.advantage_off_mask", f"{off.size} non-trainable positions carry a non-zero advantage; "
-                          f"first at position {p}", expected=0.0, actual=float(adv[p]), row=rid, position=p))
+        out.append(report("row.advantage_off_mask", f"{off.size} non-trainable positions carry an advantage that is "
+                          f"neither 0 nor the parent's {want.advantage!r} (broadcast); first at position {p}",
+                          expected=0.0, actual=float(adv[p]), row=rid, position=p))
     return out
 
 

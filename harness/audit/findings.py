@@ -32,7 +32,8 @@ CHECKS: dict[str, str] = {
     "row.mask": "The trainable-token mask differs (prompt trained, sampled ids dropped, boundary shifted).",
     "row.logprobs": "A behaviour logprob differs or is misaligned with its token.",
     "row.advantage": "A trainable token carries another advantage than its parent rollout's.",
-    "row.advantage_off_mask": "A non-trainable position carries a non-zero advantage.",
+    "row.advantage_off_mask": "A non-trainable position carries an advantage that is neither 0 nor the parent's "
+    "(NeMo-RL's broadcast over the row is accepted).",
     "row.sample_mask": "The row's sample mask differs (mask_sample rollouts must not train).",
     "row.policy_version": "The row's generation policy version differs.",
     "row.media": "The row's ordered image history (media ids) differs.",

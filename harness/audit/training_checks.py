@@ -44,7 +44,7 @@ def check_counts_measured(report: Reporter, measured: MeasuredStep, metrics: Map
                           "during one logical batch's step (measured by the harness)", expected=1,
                           actual=measured.scheduler_increments))
     for key, value in ((M.OPTIMIZER_STEPS, measured.optimizer_steps),
-                       (M.SCHEDULER_STEP_INCREMENT, measured.scheduler_increments)):
+                       (M.SCHEDULER_INCREMENTS, measured.scheduler_increments)):
         reported = _metric(metrics, key)
         if reported is not None and reported != value:
             out.append(report("counts.reported", f"the backend reports {key} = {reported!r}; the harness measured "

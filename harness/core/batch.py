@@ -8,6 +8,8 @@ always come after every real row.
 
 from __future__ import annotations
 
+import math
+
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -48,6 +50,9 @@ class LogicalRecord:
     #: Indices into `sampled_routes` stamped with the boundary sentinel (last token of every
     #: non-final physical trace).
     route_sentinel_positions: tuple[int, ...] = ()
+    #: Why each of the rollout's physical traces starts ("rollout_start", "declared_boundary",
+    #: "inferred_discontinuity"), in trace order.
+    trace_start_reasons: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -63,6 +68,7 @@ class LogicalRecord:
             "row_indices": list(self.row_indices),
             "generation_policy_version": self.generation_policy_version,
             "route_sentinel_positions": list(self.route_sentinel_positions),
+            "trace_start_reasons": list(self.trace_start_reasons),
         }
 
 
@@ -224,7 +230,17 @@ class TraceBatch:
             M.ROWS_PER_ROLLOUT_MAX: max(rows_per, default=0),
             M.LOGICAL_ADVANTAGES_MEAN: float(np.mean(logical_adv)) if logical_adv else 0.0,
             M.LOGICAL_ADVANTAGES_SUM: float(np.sum(logical_adv, dtype=np.float64)) if logical_adv else 0.0,
-            M.ADVANTAGES_SUM: float((adv * mask).sum().item()),
+            M.SCHEDULER_STEP_INCREMENT: len(self.logical),
+            M.PR_LOGICAL_ROLLOUTS: len(self.logical),
+            M.PR_PHYSICAL_TRACES: int(real.sum().item()),
+            M.PR_PADDING_ROWS: int((~real).sum().item()),
+            M.PR_PHYSICAL_ROWS: int(real.numel()),
+            M.PR_ELIGIBLE_ACTION_TOKENS: int(on[real].sum().item()),
+            M.PR_DECLARED_BOUNDARIES: sum(r.trace_start_reasons.count("declared_boundary") for r in self.logical),
+            M.PR_INFERRED_DISCONTINUITIES: sum(r.trace_start_reasons.count("inferred_discontinuity") for r in self.logical),
+            # NeMo-RL sums its unmasked, broadcast [B, S] advantages: S_pad · Σ_rows A_parent(row)
+            M.ADVANTAGES_SUM: float(math.fsum(self.logical[p].advantage for p in self.parent_indices[real].tolist())
+                                    * self.row_input_ids.shape[1]),
             M.ADVANTAGES_MEAN: float((adv * mask).sum().item() / n_on) if n_on else 0.0,
             M.ADVANTAGES_MIN: float(adv[on].min().item()) if n_on else 0.0,
             M.ADVANTAGES_MAX: float(adv[on].max().item()) if n_on else 0.0,

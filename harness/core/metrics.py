@@ -22,16 +22,39 @@ ROWS_PER_ROLLOUT_MAX = "physical_trace_training/rows_per_rollout_max"
 #: Mean and sum of the logical (one value per rollout) GRPO advantages.
 LOGICAL_ADVANTAGES_MEAN = "physical_trace_training/logical_advantages/mean"
 LOGICAL_ADVANTAGES_SUM = "physical_trace_training/logical_advantages/sum"
-#: LR-scheduler increments this step made (must be 1, whatever the row count). Counted from the
-#: scheduler's own `last_epoch` — by the trainer in its metrics, and again by the harness, which
-#: replaces the reported value with what it measured (never a constant).
+#: The increment a sample-counting LR scheduler (Megatron's) receives for this step: the number of
+#: logical rollouts, never the row count (the reference PR's meaning of this key).
 SCHEDULER_STEP_INCREMENT = "physical_trace_training/scheduler_step_increment"
-#: Optimizer updates this step made (must be 1 per logical batch), counted from the optimizer's own state.
+#: Optimizer updates this step made (must be 1 per logical batch), counted from the optimizer's own
+#: state — by the trainer in its metrics, and again by the harness, which replaces the reported value
+#: with what it measured (never a constant).
 OPTIMIZER_STEPS = "physical_trace_training/optimizer_steps"
+#: LR-scheduler increments this step made (must be 1 for a step-counting scheduler), counted from the
+#: scheduler's own `last_epoch`; measured by the harness like `OPTIMIZER_STEPS`.
+SCHEDULER_INCREMENTS = "train/scheduler_increments"
 #: The per-step counts above: reported by the trainer, measured by the harness.
-STEP_COUNT_KEYS: tuple[str, ...] = (OPTIMIZER_STEPS, SCHEDULER_STEP_INCREMENT)
+STEP_COUNT_KEYS: tuple[str, ...] = (OPTIMIZER_STEPS, SCHEDULER_INCREMENTS)
 
-#: Token-level advantage statistics over the materialised rows (masked by token_mask).
+# The reference PR's own `physical_trace_training/*` batch keys, with its meanings, so dashboards carry
+# over (`shared/reference/pr-physical-trace-training.md`, facts read from the PR's code).
+#: Logical rollouts in the batch (same value as `NUM_LOGICAL_ROLLOUTS`).
+PR_LOGICAL_ROLLOUTS = "physical_trace_training/logical_rollouts"
+#: Physical traces, i.e. real rows (same value as `NUM_PHYSICAL_ROWS`).
+PR_PHYSICAL_TRACES = "physical_trace_training/physical_traces"
+#: Padding rows (same value as `NUM_PADDING_ROWS`).
+PR_PADDING_ROWS = "physical_trace_training/padding_rows"
+#: All rows handed to the trainer: physical traces + padding rows (unlike `NUM_PHYSICAL_ROWS`).
+PR_PHYSICAL_ROWS = "physical_trace_training/physical_rows"
+#: Trainable (sampled) tokens over the real rows: Σ token_mask.
+PR_ELIGIBLE_ACTION_TOKENS = "physical_trace_training/eligible_action_tokens"
+#: Physical traces that start at a boundary the evidence declared.
+PR_DECLARED_BOUNDARIES = "physical_trace_training/declared_boundaries"
+#: Physical traces that start at a discontinuity inferred from the tokens (non-strict planning only).
+PR_INFERRED_DISCONTINUITIES = "physical_trace_training/inferred_discontinuities"
+
+#: NeMo-RL's advantage statistics (nemo-rl-semantics §3.7): `advantages/sum` sums the *unmasked*
+#: advantages tensor, every position of every row broadcast, = S_pad · Σ_rows A_parent(row) (padding
+#: rows hold 0); `mean`, `min`, `max` are over positions where token_mask == 1.
 ADVANTAGES_SUM = "advantages/sum"
 ADVANTAGES_MEAN = "advantages/mean"
 ADVANTAGES_MIN = "advantages/min"
@@ -50,6 +73,14 @@ BATCH_METRIC_KEYS: tuple[str, ...] = (
     ROWS_PER_ROLLOUT_MAX,
     LOGICAL_ADVANTAGES_MEAN,
     LOGICAL_ADVANTAGES_SUM,
+    SCHEDULER_STEP_INCREMENT,
+    PR_LOGICAL_ROLLOUTS,
+    PR_PHYSICAL_TRACES,
+    PR_PADDING_ROWS,
+    PR_PHYSICAL_ROWS,
+    PR_ELIGIBLE_ACTION_TOKENS,
+    PR_DECLARED_BOUNDARIES,
+    PR_INFERRED_DISCONTINUITIES,
     ADVANTAGES_SUM,
     ADVANTAGES_MEAN,
     ADVANTAGES_MIN,
@@ -112,7 +143,15 @@ __all__ = [
     "OPTIMIZER_STEPS",
     "OPTIMIZER_STEP_COUNT",
     "PHYSICAL_PREFIX",
+    "PR_DECLARED_BOUNDARIES",
+    "PR_ELIGIBLE_ACTION_TOKENS",
+    "PR_INFERRED_DISCONTINUITIES",
+    "PR_LOGICAL_ROLLOUTS",
+    "PR_PADDING_ROWS",
+    "PR_PHYSICAL_ROWS",
+    "PR_PHYSICAL_TRACES",
     "ROWS_PER_ROLLOUT_MAX",
+    "SCHEDULER_INCREMENTS",
     "SCHEDULER_STEP_COUNT",
     "SCHEDULER_STEP_INCREMENT",
     "STEP_COUNT_KEYS",

@@ -57,6 +57,7 @@ class TrainerView:
     importance_sampling_correction: bool
     router_replay: bool = False
     max_total_sequence_length: int = 4096
+    make_sequence_length_divisible_by: int = 1
 
     @classmethod
     def of(cls, scenario: Scenario) -> TrainerView:
@@ -77,6 +78,7 @@ class TrainerView:
             importance_sampling_correction=bool(loss.get("use_importance_sampling_correction", False)),
             router_replay=bool(p.get("router_replay_enabled", False)),
             max_total_sequence_length=int(p.get("max_total_sequence_length", 4096)),
+            make_sequence_length_divisible_by=int(p.get("make_sequence_length_divisible_by", 1)),
         )
 
 
@@ -226,24 +228,42 @@ def _padding(rows: int, view: TrainerView) -> int:
 def exact_batch_metrics(
     rollouts: Sequence[ExpectedRollout], rows: Sequence[ExpectedRow], view: TrainerView
 ) -> dict[str, float]:
-    """Every `harness.core.metrics.BATCH_METRIC_KEYS` value of a valid step (float sums exact up to rounding)."""
+    """Every batch metric of a valid step (float sums exact up to rounding), plus the step counts (1 each).
+
+    Meanings: `harness.core.metrics`. `advantages/sum` is NeMo-RL's sum of the unmasked, broadcast
+    ``[R, S_pad]`` advantages (S_pad: the longest row rounded up to `make_sequence_length_divisible_by`);
+    `advantages/mean|min|max` are over trained positions.
+    """
     rows_per = Counter(r.logical_rollout_id for r in rows)
     adv = [float(r.advantage or 0.0) for r in rollouts]
     token_adv = [(float(r.advantage or 0.0), r.num_sampled_tokens) for r in rollouts if r.num_sampled_tokens > 0]
     n_tokens = sum(n for _, n in token_adv)
-    adv_sum = math.fsum(a * n for a, n in token_adv)
+    masked_sum = math.fsum(a * n for a, n in token_adv)
+    longest = max((len(r.input_ids) for r in rows), default=0)
+    divisor = view.make_sequence_length_divisible_by
+    s_pad = -(-longest // divisor) * divisor
+    padding = _padding(len(rows), view)
+    starts = Counter(t.start_reason for r in rollouts for t in r.traces)
     return {
         M.NUM_PHYSICAL_ROWS: len(rows),
-        M.NUM_PADDING_ROWS: _padding(len(rows), view),
+        M.NUM_PADDING_ROWS: padding,
         M.NUM_LOGICAL_ROLLOUTS: len(rollouts),
         M.NUM_SPLIT_ROLLOUTS: sum(1 for n in rows_per.values() if n > 1),
         M.ROWS_PER_ROLLOUT_MAX: max(rows_per.values(), default=0),
         M.LOGICAL_ADVANTAGES_MEAN: math.fsum(adv) / len(adv) if adv else 0.0,
         M.LOGICAL_ADVANTAGES_SUM: math.fsum(adv),
-        M.SCHEDULER_STEP_INCREMENT: 1,
+        M.SCHEDULER_STEP_INCREMENT: len(rollouts),
+        M.PR_LOGICAL_ROLLOUTS: len(rollouts),
+        M.PR_PHYSICAL_TRACES: len(rows),
+        M.PR_PADDING_ROWS: padding,
+        M.PR_PHYSICAL_ROWS: len(rows) + padding,
+        M.PR_ELIGIBLE_ACTION_TOKENS: sum(len(r.trainable_positions) for r in rows),
+        M.PR_DECLARED_BOUNDARIES: starts.get("declared_boundary", 0),
+        M.PR_INFERRED_DISCONTINUITIES: starts.get("inferred_discontinuity", 0),
         M.OPTIMIZER_STEPS: 1,
-        M.ADVANTAGES_SUM: adv_sum,
-        M.ADVANTAGES_MEAN: adv_sum / n_tokens if n_tokens else 0.0,
+        M.SCHEDULER_INCREMENTS: 1,
+        M.ADVANTAGES_SUM: s_pad * math.fsum(float(r.advantage) for r in rows),
+        M.ADVANTAGES_MEAN: masked_sum / n_tokens if n_tokens else 0.0,
         M.ADVANTAGES_MIN: min((a for a, _ in token_adv), default=0.0),
         M.ADVANTAGES_MAX: max((a for a, _ in token_adv), default=0.0),
         M.NUM_MASK_SAMPLE_FILTERED: sum(1 for r in rollouts if r.mask_sample),

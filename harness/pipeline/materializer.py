@@ -391,6 +391,7 @@ def _logical_records(
                 generation_policy_version=next(iter(versions)) if versions else None,
                 sampled_routes=sampled_routes,
                 route_sentinel_positions=tuple(logical_sentinels),
+                trace_start_reasons=tuple(t.start_reason for t in plan.traces),
             )
         )
     return tuple(records)

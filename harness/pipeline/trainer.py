@@ -214,7 +214,7 @@ def train_step(state: TrainState, batch: TraceBatch, cfg: TrainerConfig) -> Step
         M.OPTIMIZER_STEP_COUNT: state.optimizer_steps,
         M.SCHEDULER_STEP_COUNT: state.scheduler_steps,
         M.OPTIMIZER_STEPS: updates,
-        M.SCHEDULER_STEP_INCREMENT: increments,
+        M.SCHEDULER_INCREMENTS: increments,
     }
     metrics = step_metrics(batch, train_metrics)
     artifact = artifact_from_batch(

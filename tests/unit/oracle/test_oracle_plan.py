@@ -34,7 +34,8 @@ def test_no_contract_rollout_is_one_trace_when_every_call_extends():
     plan = expected_plan(rollout([c1, c2], flavour="none"))
     assert plan.path == "single" and len(plan.traces) == 1
     assert plan.truth.rollout_id == "resp-s0-g0-r0"  # a legacy result's only identity
-    assert plan.truth.group_key == "resp-s0-g0-r0"
+    # no id names a group: NeMo-RL groups identical first-turn prompts (§3.2)
+    assert plan.truth.group_key.startswith("prompt-") and len(plan.truth.group_key) == len("prompt-") + 16
 
 
 @pytest.mark.parametrize(

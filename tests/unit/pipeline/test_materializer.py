@@ -284,13 +284,19 @@ def test_batch_metrics_have_the_documented_values():
     assert m[M.ROWS_PER_ROLLOUT_MAX] == 3
     assert m[M.LOGICAL_ADVANTAGES_SUM] == pytest.approx(0.0, abs=1e-12)
     assert m[M.LOGICAL_ADVANTAGES_MEAN] == pytest.approx(0.0, abs=1e-12)
-    # token level: rollout 0 has 3 sampled tokens at -a, rollout 1 two at 0, rollout 2 five at +a
-    assert m[M.ADVANTAGES_SUM] == pytest.approx(2 * a, rel=1e-12)
+    # NeMo-RL's advantages/sum: the unmasked [R, S] tensor, every row broadcast over S = 5 (the longest row):
+    # rollout 0's two rows at -a, rollout 1's row at 0, rollout 2's three rows at +a
+    assert m[M.ADVANTAGES_SUM] == pytest.approx(5 * (-2 * a + 3 * a), rel=1e-12)
+    # mean/min/max over trained tokens: rollout 0 has 3 sampled tokens at -a, rollout 1 two at 0, rollout 2 five at +a
     assert m[M.ADVANTAGES_MEAN] == pytest.approx(2 * a / 10, rel=1e-12)
     assert m[M.ADVANTAGES_MIN] == pytest.approx(-a, rel=1e-12)
     assert m[M.ADVANTAGES_MAX] == pytest.approx(a, rel=1e-12)
     assert m[M.NUM_MASK_SAMPLE_FILTERED] == 1
     assert m[M.TOTAL_NUM_TOKENS] == 3 + 4 + 4 + 2 + 4 + 5
+    # the reference PR's keys, with its meanings
+    assert m[M.SCHEDULER_STEP_INCREMENT] == m[M.PR_LOGICAL_ROLLOUTS] == 3
+    assert (m[M.PR_PHYSICAL_TRACES], m[M.PR_PADDING_ROWS], m[M.PR_PHYSICAL_ROWS]) == (6, 2, 8)
+    assert m[M.PR_ELIGIBLE_ACTION_TOKENS] == 1 + 2 + 2 + 1 + 1 + 3
 
 
 def test_batch_metrics_never_claim_step_counts():
@@ -298,7 +304,8 @@ def test_batch_metrics_never_claim_step_counts():
     split = _group([0.0, 1.0], [[[(2, 1)], [(1, 1)], [(1, 1)]], [[(2, 1)], [(1, 1)], [(1, 1)]]])
     m = _batch(split).metrics()
     assert m[M.NUM_PHYSICAL_ROWS] == 6
-    assert M.SCHEDULER_STEP_INCREMENT not in m and M.OPTIMIZER_STEPS not in m
+    assert M.SCHEDULER_INCREMENTS not in m and M.OPTIMIZER_STEPS not in m
+    assert m[M.SCHEDULER_STEP_INCREMENT] == 2  # the reference PR's key: logical rollouts, not the 6 rows
 
 
 # ---------------------------------------------------------------------------------------------

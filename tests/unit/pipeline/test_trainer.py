@@ -190,7 +190,10 @@ def test_train_step_metrics_report_counts_versions_and_every_loss_metric(k2):
     m = result.metrics
     assert (result.trained_version, result.new_version, state.version) == (5, 6, 6)
     assert m[M.TRAINED_POLICY_VERSION] == 5
-    assert (m[M.OPTIMIZER_STEP_COUNT], m[M.SCHEDULER_STEP_COUNT], m[M.SCHEDULER_STEP_INCREMENT]) == (1, 1, 1)
+    assert (m[M.OPTIMIZER_STEP_COUNT], m[M.SCHEDULER_STEP_COUNT]) == (1, 1)
+    # counted from the optimizer's and scheduler's own state; a sample-counting scheduler would get the 4 rollouts
+    assert (m[M.OPTIMIZER_STEPS], m[M.SCHEDULER_INCREMENTS], m[M.SCHEDULER_STEP_INCREMENT]) == (1, 1, 4)
+    assert (result.artifact.optimizer_steps, result.artifact.scheduler_increments) == (1, 1)
     assert (m[M.NUM_PHYSICAL_ROWS], m[M.NUM_LOGICAL_ROLLOUTS], m[M.NUM_SPLIT_ROLLOUTS]) == (8, 4, 4)
     for key in ("loss", "kl_penalty", "probs_ratio", "probs_ratio_min", "probs_ratio_max", "gen_kl_error",
                 "approx_entropy", M.GRAD_NORM, M.LR, M.GLOBAL_VALID_SEQS):
