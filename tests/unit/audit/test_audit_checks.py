@@ -95,6 +95,13 @@ def test_advantage_off_the_mask_is_reported():
     assert (f.check, f.row, f.position, f.expected, f.actual) == ("row.advantage_off_mask", "r-a/trace-1", 2, 0.0, 0.5)
 
 
+def test_advantage_broadcast_over_the_whole_row_is_accepted_as_nemo_rl_writes_it():
+    a = artifact()
+    adv = a.arrays["row_advantages"].copy()
+    adv[1, :] = adv[1, a.row_mask_spans[1][0][0]]  # the parent's advantage on every position, as NeMo-RL broadcasts
+    assert audit(with_arrays(a, row_advantages=adv)).findings == ()
+
+
 def test_logical_advantage_is_checked_per_rollout():
     a = artifact()
     logical = (dict(a.logical[0]), {**a.logical[1], "advantage": 0.0})

@@ -272,6 +272,24 @@ def test_train_step_rejects_a_batch_claiming_several_optimizer_steps(k2):
     assert "one logical batch is exactly one optimizer step" in err.value.detail
 
 
+def test_train_step_refuses_router_replay_without_recorded_routes(k2):
+    cfg = make_cfg(overrides={"policy": {"router_replay_enabled": True}})
+    with pytest.raises(ContractError) as err:
+        train_step(init_train_state(cfg), replace(_batch(k2, cfg), routed_experts=None), cfg)
+    assert err.value.code == "missing_routed_experts"
+    assert "no call of this batch recorded routed experts" in err.value.detail
+
+
+def test_train_step_refuses_a_row_longer_than_the_sequence_cap(k2):
+    cfg = make_cfg(overrides={"policy": {"max_total_sequence_length": 100}})
+    batch = _batch(k2, cfg)
+    first = int((batch.row_input_lengths > 100).nonzero()[0])
+    with pytest.raises(ContractError) as err:
+        train_step(init_train_state(cfg), batch, cfg)
+    assert (err.value.code, err.value.rollout_id) == ("sequence_too_long", batch.row_logical_rollout_id[first])
+    assert f"has {int(batch.row_input_lengths[first])} tokens; policy.max_total_sequence_length is 100" in err.value.detail
+
+
 def test_init_train_state_rejects_async_without_importance_sampling_correction():
     with pytest.raises(ConfigError) as err:
         make_cfg(async_mode=True, overrides={"loss_fn": {"use_importance_sampling_correction": False}})

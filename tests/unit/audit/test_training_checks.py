@@ -1,0 +1,74 @@
+"""The audit of the training step: harness-measured counts, learning rate, loss, gradient norm and update."""
+
+from __future__ import annotations
+
+import torch
+
+from harness.audit.checks import Reporter, Tolerances
+from harness.audit.training_checks import check_counts_measured, check_step_quantities, check_update
+from harness.core.expectations import ExpectedTrainingStep
+from harness.core.training_state import MeasuredStep, TrainingSnapshot
+
+REPORT = Reporter("s", 0, "compactsim run s --seed 0")
+BEFORE = {"w": torch.zeros(2, 2, dtype=torch.float64), "b": torch.zeros(3, dtype=torch.float64)}
+AFTER = {"w": torch.full((2, 2), -1e-3, dtype=torch.float64), "b": torch.full((3,), 1e-3, dtype=torch.float64)}
+
+
+def _snap(weights, *, step_min: int, step_max: int, epoch: int, lr: float = 1e-3) -> TrainingSnapshot:
+    return TrainingSnapshot(weights=weights, model_config=None, lrs=(lr,), optimizer_step_min=step_min,
+                            optimizer_step_max=step_max, scheduler_epoch=epoch)
+
+
+def _measured(after=AFTER, *, steps=(1, 1), epoch=1, lr=1e-3) -> MeasuredStep:
+    return MeasuredStep(_snap(BEFORE, step_min=0, step_max=0, epoch=0, lr=lr),
+                        _snap(after, step_min=steps[0], step_max=steps[1], epoch=epoch))
+
+
+TRUTH = ExpectedTrainingStep(step=0, loss=0.5, actor_loss=0.5, kl_penalty=0.0, grad_norm=2.0, lr=1e-3,
+                             global_valid_tokens=10.0, params_after=AFTER)
+GOOD = {"loss": 0.5, "grad_norm": 2.0, "lr": 1e-3}
+
+
+def test_a_correct_step_has_no_finding():
+    m = _measured()
+    assert check_counts_measured(REPORT, m, {}) == []
+    assert check_step_quantities(REPORT, TRUTH, m, GOOD, Tolerances()) == []
+    assert check_update(REPORT, TRUTH, m, Tolerances()) == []
+
+
+def test_counts_come_from_the_state_and_a_contradicting_report_is_named():
+    [opt, sched, reported] = check_counts_measured(REPORT, _measured(steps=(3, 3), epoch=2),
+                                                   {"physical_trace_training/optimizer_steps": 1})
+    assert (opt.check, opt.expected, opt.actual) == ("counts.optimizer", 1, 3)
+    assert (sched.check, sched.expected, sched.actual) == ("counts.scheduler", 1, 2)
+    assert (reported.check, reported.expected, reported.actual) == ("counts.reported", 3, 1.0)
+
+
+def test_an_update_that_skipped_parameters_is_uneven():
+    [f] = check_counts_measured(REPORT, _measured(steps=(0, 1)), {})
+    assert (f.check, f.actual) == ("counts.optimizer", "uneven counters")
+
+
+def test_learning_rate_loss_and_grad_norm_are_compared_with_the_oracle():
+    findings = check_step_quantities(REPORT, TRUTH, _measured(lr=2e-3), {"loss": 0.25, "grad_norm": 2.0 + 1e-6, "lr": 2e-3},
+                                     Tolerances())
+    assert [(f.check, f.expected, f.actual) for f in findings] == [
+        ("train.lr", 1e-3, 2e-3), ("train.lr", 1e-3, 2e-3), ("train.loss", 0.5, 0.25), ("train.grad_norm", 2.0, 2.0 + 1e-6)]
+    [missing] = check_step_quantities(REPORT, TRUTH, _measured(), {"loss": 0.5, "lr": 1e-3}, Tolerances())
+    assert (missing.check, missing.message) == ("metric.missing", "the step did not report grad_norm")
+
+
+def test_update_finding_names_the_worst_tensor_and_says_when_nothing_moved():
+    off = {"w": AFTER["w"].clone(), "b": AFTER["b"] + torch.tensor([0.0, 5e-4, 0.0], dtype=torch.float64)}
+    [f] = check_update(REPORT, TRUTH, _measured(off), Tolerances())
+    assert (f.check, f.row, f.expected, f.actual) == ("train.update", "b", 1e-3, 1.5e-3)
+    assert "1 of 2 parameter tensors" in f.message and "never applied" not in f.message
+    [still] = check_update(REPORT, TRUTH, _measured(BEFORE), Tolerances())
+    assert "2 of 2 parameter tensors" in still.message and "the update was never applied" in still.message
+
+
+def test_update_tolerance_is_relative_to_the_expected_update_in_low_precision():
+    tol = Tolerances.for_dtype("float32")
+    near = {k: v * (1 + 1e-4) for k, v in AFTER.items()}  # 0.01% of the update: float32 rounding
+    assert check_update(REPORT, TRUTH, _measured(near), tol) == []
+    assert check_update(REPORT, TRUTH, _measured(near), Tolerances()) != []  # float64 is exact
