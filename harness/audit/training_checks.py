@@ -87,7 +87,8 @@ def check_update(report: Reporter, truth: StepTruth, measured: MeasuredStep, tol
             return [report("train.update", f"parameter {name!r} is missing or changed shape after the step",
                            expected=list(want.shape), actual=None if got is None else list(got.shape))]
         diff = (got.to(torch.float64) - want).abs()
-        bound = tol.update_atol + tol.update_rtol * (want - measured.before.weights[name]).abs()
+        atol = tol.update_atol + tol.update_lr_fraction * truth.lr
+        bound = atol + tol.update_rtol * (want - measured.before.weights[name]).abs() + tol.weight_rtol * want.abs()
         excess = diff - bound
         if bool((excess > 0).any()) or not bool(torch.isfinite(got).all()):
             i = int(torch.argmax(torch.nan_to_num(excess, nan=math.inf)))

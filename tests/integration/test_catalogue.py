@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import pytest
 
+from harness.core import metrics as M
+
 from scenarios.catalogue import default_catalogue
 from scenarios.execute import collect_step
 from tests.unit.scenarios.scenario_helpers import expected_plan_json, plan_json, row_differences, run_step
@@ -31,17 +33,28 @@ def _steps(scenario) -> range:
     return range(1) if scenario.mode == "policy" else range(scenario.steps)
 
 
+#: Refusals of the training step itself: planning and materializing succeed, `train_step` refuses
+#: (tested through the runner in tests/e2e and tests/unit/pipeline/test_trainer.py).
+TRAINER_REFUSALS = frozenset({"missing_routed_experts", "sequence_too_long"})
+
+
 @pytest.mark.parametrize("name", CATALOGUE.names)
 def test_catalogue_scenario_pipeline_agrees_with_the_oracle(name):
     scenario = CATALOGUE.get(name)
+    rtol = 1e-12 if scenario.trainer_config().policy.logprob_dtype == "float64" else 1e-6
     for step in _steps(scenario):
         outcome = _run(name, step)
+        if outcome.expected.error is not None and outcome.expected.error.code in TRAINER_REFUSALS:
+            assert outcome.observed_error is None, name
+            break
         assert outcome.observed_error == outcome.expected_error, name
         if outcome.error is None:
             assert plan_json(outcome) == expected_plan_json(outcome)
-            assert row_differences(outcome.expected.rows, outcome.batch) == []
+            assert row_differences(outcome.expected.rows, outcome.batch, rtol=rtol) == []
             metrics = outcome.batch.metrics()
             for key, value in outcome.expected.exact_metrics.items():
+                if key in M.STEP_COUNT_KEYS:
+                    continue  # counted by the trainer and measured by the harness, not batch properties
                 assert metrics[key] == pytest.approx(value, rel=1e-12, abs=1e-12), key
         else:
             break
