@@ -54,6 +54,11 @@ class Tolerances:
     #: (2^-24 for float32, 2^-9 for bfloat16), relative to the expected weight.
     weight_rtol: float = 0.0
 
+    def rows_and_metrics(self) -> dict[str, float]:
+        """The tolerances that apply without the training state (golden files: rows and metrics only)."""
+        return {k: getattr(self, k) for k in ("advantage_atol", "advantage_rtol", "logprob_atol", "logprob_rtol",
+                                              "metric_atol", "metric_rtol")}
+
     @classmethod
     def for_dtype(cls, dtype: str) -> Tolerances:
         """Tolerances for a batch stored in `dtype` (float64 exact up to rounding; float32, bfloat16 looser)."""

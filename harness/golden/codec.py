@@ -45,6 +45,12 @@ class TrainerSettings:
     precision: str
     #: The full trainer configuration (NeMo-RL key names), for reference.
     config: Mapping[str, Any]
+    #: Router replay on: every real row must carry its routes (no routes recorded: the step is refused).
+    router_replay: bool = False
+    #: Rows longer than this are refused (`sequence_too_long`).
+    max_total_sequence_length: int = 4096
+    #: The padded row length S is the longest row rounded up to this (enters `advantages/sum`).
+    make_sequence_length_divisible_by: int = 1
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -59,6 +65,9 @@ class TrainerSettings:
             "importance_sampling_correction": self.importance_sampling_correction,
             "precision": self.precision,
             "config": dict(self.config),
+            "router_replay": self.router_replay,
+            "max_total_sequence_length": self.max_total_sequence_length,
+            "make_sequence_length_divisible_by": self.make_sequence_length_divisible_by,
         }
 
     @classmethod

@@ -162,7 +162,7 @@ def scenario_golden(
         payloads.append(groups)
         if step.error is None and step.batch_error is None:
             files[rows_file(step.step)] = json_lines(step_row_lines(scenario.name, step, trainer))
-    tolerances = asdict(Tolerances.for_dtype(trainer.precision))
+    tolerances = Tolerances.for_dtype(trainer.precision).rows_and_metrics()  # goldens audit no training state
     files["expectation.json"] = json_document(expectation_document(
         expectation, purpose=scenario.purpose, trainer=trainer, payloads=payloads, tolerances=tolerances))
     files["scenario.json"] = json_document({**scenario.to_data(), "seed": scenario.seed})

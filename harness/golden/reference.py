@@ -14,6 +14,7 @@ from typing import Any
 from harness.core.errors import ConfigError, ContractError
 from harness.golden.batch_dump import batch_dump_lines
 from harness.golden.reader import Golden
+from harness.core import metrics as M
 from harness.golden.rows_dump import metrics_line
 
 DEFAULT_BACKEND = "harness.pipeline:ReferenceBackend"
@@ -47,7 +48,9 @@ def backend_dump(golden: Golden, *, backend: str = DEFAULT_BACKEND) -> BackendDu
                 rows.append({"scenario": scenario.name, "step": step.step, "error": error})
                 break
             rows += batch_dump_lines(batch, scenario=scenario.name, step=step.step)
-            metrics.append(metrics_line(scenario.name, step.step, batch.metrics()))
+            # the batch declares its optimizer steps (one per logical batch); nothing here trains
+            counts = {M.OPTIMIZER_STEPS: batch.optimizer_steps}
+            metrics.append(metrics_line(scenario.name, step.step, {**batch.metrics(), **counts}))
     return BackendDump(rows=tuple(rows), metrics=tuple(metrics))
 
 

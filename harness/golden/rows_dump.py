@@ -31,28 +31,22 @@ import numpy as np
 from jsonschema import ValidationError
 from jsonschema.exceptions import best_match
 
-from harness.core.errors import ConfigError
+from harness.core.json_input import InputError, parse_json, read_text
 from harness.golden.schema import validator
 
 _NON_FINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
 
 
-class RowsDumpError(ConfigError):
-    """A dump line that is not valid JSON or breaks the dump's schema (`compactsim verify` exits 2)."""
+class RowsDumpError(InputError):
+    """A dump that is unreadable, empty, not valid JSON lines or breaks the dump's schema (`compactsim verify` exits 2)."""
 
-    def __init__(self, source: str, line: int, field: str, problem: str) -> None:
-        super().__init__("invalid_argument", f"{source}:{line}: field {field}: {problem}")
-        self.source = source
-        self.line = line
-        self.field = field
-        self.problem = problem
+    def __init__(self, source: str, line: int | None, field: str | None, problem: str, *,
+                 column: int | None = None) -> None:
+        super().__init__(source, line, field, problem, column=column)
 
-    def __reduce__(self):  # type: ignore[override]
-        return (type(self), (self.source, self.line, self.field, self.problem))
-
-    def to_json(self) -> dict[str, Any]:
-        return {"error_code": self.code, "file": self.source, "line": self.line, "field": self.field,
-                "message": self.problem}
+    @classmethod
+    def from_input_error(cls, exc: InputError) -> RowsDumpError:
+        return cls(exc.source, exc.line, exc.field, exc.problem, column=exc.column)
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -160,10 +154,11 @@ def _schema_check(name: str, obj: Any, source: str, lineno: int) -> None:
 
 
 def _json_line(text: str, source: str, lineno: int) -> Any:
+    """One line as JSON, within the input limits (depth, integer digits, finite numbers)."""
     try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise RowsDumpError(source, lineno, "<line>", f"not valid JSON ({exc.msg} at column {exc.colno})") from None
+        return parse_json(text, source, line_base=lineno - 1)
+    except InputError as exc:
+        raise RowsDumpError.from_input_error(exc) from None
 
 
 def _lines(text: str) -> list[tuple[int, str]]:
@@ -260,13 +255,13 @@ def parse_rows_dump(text: str, *, source: str = "<rows dump>") -> RowsDump:
 
 
 def read_rows_dump(path: Path) -> RowsDump:
-    """`parse_rows_dump` of a file."""
+    """`parse_rows_dump` of a file (size and encoding checked by `harness.core.json_input`)."""
     try:
-        text = Path(path).read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise RowsDumpError(str(path), 1, "<line>", f"not UTF-8 text ({exc.reason})") from None
-    except OSError as exc:
-        raise ConfigError("invalid_argument", f"cannot read rows dump {path}: {exc.strerror}") from None
+        text = read_text(Path(path), what="rows dump")
+    except InputError as exc:
+        raise RowsDumpError.from_input_error(exc) from None
+    if not text.strip():  # a trainer that ran writes at least one line; "0 steps trained" would mislead
+        raise RowsDumpError(str(path), None, None, "empty rows dump: no row and no error line")
     return parse_rows_dump(text, source=str(path))
 
 
@@ -300,13 +295,13 @@ def parse_metrics_dump(text: str, *, source: str = "<metrics dump>") -> MetricsD
 
 
 def read_metrics_dump(path: Path) -> MetricsDump:
-    """`parse_metrics_dump` of a file."""
+    """`parse_metrics_dump` of a file (size and encoding checked by `harness.core.json_input`)."""
     try:
-        text = Path(path).read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise RowsDumpError(str(path), 1, "<line>", f"not UTF-8 text ({exc.reason})") from None
-    except OSError as exc:
-        raise ConfigError("invalid_argument", f"cannot read metrics dump {path}: {exc.strerror}") from None
+        text = read_text(Path(path), what="metrics dump")
+    except InputError as exc:
+        raise RowsDumpError.from_input_error(exc) from None
+    if not text.strip():  # given but empty would silently check no metric at all
+        raise RowsDumpError(str(path), None, None, "empty metrics dump: no metrics line")
     return parse_metrics_dump(text, source=str(path))
 
 

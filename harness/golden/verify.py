@@ -5,11 +5,17 @@ decoded back into a `ScenarioExpectation`; `harness.audit.audit_run` then compar
 as `compactsim run` does. Rows are matched by physical trace id, real rows are put in id order
 and padding rows last, so the order of the dump's lines never matters.
 
-An optional field a line leaves out is *not checked*: the observed value is taken from the
-expectation and the report counts the rows per missing field (`ScenarioVerdict.not_checked`).
-Without a metrics dump, no metric is checked. The logical rollout a `parent_index` names is the
-one most rows with that index claim (ties: the smallest id), so a row whose `parent_index` points
-at another rollout's slot is reported as `row.owner`.
+An optional field a line leaves out is *not checked*: the audit sees a placeholder (never the
+expected value, so nothing is compared with itself), the findings of that field's check on that
+row are dropped, and the report counts the rows per missing field (`ScenarioVerdict.not_checked`).
+With ``strict=True`` (`verify --strict`) each such omission is a finding of the field's own
+check instead. A rollout whose advantage no row states has its `rollout.advantage` check skipped.
+Without a metrics dump, no metric is checked.
+
+`parent_index` must name the logical rollout in the goldens' trainer order (the step's rollouts
+as the payload groups list them; `expectation.json` → ``rollouts[k].parent_index``), so swapped
+or out-of-range indices are `row.owner` findings; only a step the goldens do not expect falls
+back to the id most rows with that index claim.
 """
 
 from __future__ import annotations
@@ -32,9 +38,21 @@ from harness.audit import (
     Tolerances,
     audit_run,
 )
-from harness.core.expectations import ExpectedRollout, ExpectedRow, ExpectedStep, ScenarioExpectation
+from harness.audit.findings import sort_findings
+from harness.core.expectations import ExpectedRow, ExpectedStep, ScenarioExpectation
 from harness.golden.reader import Golden, GoldenScenario
 from harness.golden.rows_dump import DumpRow, MetricsDump, RowsDump, RowsDumpError
+
+#: The audit check that compares each optional field (a missing field's findings are dropped).
+FIELD_CHECKS: dict[str, str] = {
+    "trace_index": "row.trace_index",
+    "rollout_advantage": "rollout.advantage",
+    "sample_mask": "row.sample_mask",
+    "generation_policy_version": "row.policy_version",
+    "media_ids": "row.media",
+    "pixel_digests": "row.pixels",
+    "routed_experts_sentinel_positions": "row.sentinel",
+}
 
 #: Optional row fields, in the order `not_checked` reports them.
 OPTIONAL_FIELDS: tuple[str, ...] = (
@@ -137,15 +155,31 @@ def _choose_id(claims: Sequence[str | None]) -> str | None:
     return min(c for c, n in counts.items() if n == top)
 
 
+@dataclass(frozen=True, slots=True)
+class Omission:
+    """An optional field one real row (or, for rollout_advantage, one rollout) of the dump left out."""
+
+    step: int
+    field: str
+    #: Physical trace id of the row, or the logical rollout id for rollout_advantage.
+    target: str
+    expected: Any
+
+
+#: Placeholders the audit sees for an omitted field: never the expected value.
+_UNSET_INT = -1
+_UNSET_FLOAT = math.nan
+
+
 def _observed_row(
-    index: int, row: DumpRow, want: ExpectedRow | None, missing: Counter[str]
+    index: int, row: DumpRow, want: ExpectedRow | None, omitted: list[Omission], step: int
 ) -> ObservedRow:
-    def pick(name: str, value: Any, fallback: Any) -> Any:
+    def pick(name: str, value: Any, placeholder: Any, expected: Any) -> Any:
         if value is not None:
             return value
         if want is not None:
-            missing[name] += 1
-        return fallback
+            omitted.append(Omission(step, name, want.physical_trace_id, expected))
+        return placeholder
 
     if row.is_padding:
         return ObservedRow(
@@ -155,59 +189,67 @@ def _observed_row(
             generation_logprobs=row.generation_logprobs, advantages=row.advantages,
             sample_mask=0.0 if row.sample_mask is None else row.sample_mask,
         )
+    wants_version = want is not None and want.generation_policy_version is not None
     return ObservedRow(
         row_index=index,
         physical_trace_id=row.physical_trace_id,
         logical_rollout_id=row.logical_rollout_id,
         parent_index=row.parent_index,
-        trace_index=pick("trace_index", row.trace_index, want.trace_index if want else -1),
+        trace_index=pick("trace_index", row.trace_index, _UNSET_INT, want.trace_index if want else None),
         input_ids=row.input_ids,
         length=row.length,
         token_mask=row.token_mask,
         generation_logprobs=row.generation_logprobs,
         advantages=row.advantages,
-        sample_mask=pick("sample_mask", row.sample_mask, want.sample_mask if want else 1.0),
-        media_ids=pick("media_ids", row.media_ids, want.media_ids if want else ()),
-        pixel_digests=pick("pixel_digests", row.pixel_digests, want.pixel_digests if want else ()),
-        declared_sentinel_positions=pick("routed_experts_sentinel_positions", row.sentinel_positions,
-                                         want.sentinel_positions if want else ()),
+        sample_mask=pick("sample_mask", row.sample_mask, _UNSET_FLOAT, want.sample_mask if want else None),
+        media_ids=pick("media_ids", row.media_ids, (), want.media_ids if want else None),
+        pixel_digests=pick("pixel_digests", row.pixel_digests, (), want.pixel_digests if want else None),
+        declared_sentinel_positions=pick("routed_experts_sentinel_positions", row.sentinel_positions, (),
+                                         want.sentinel_positions if want else None),
         routes=None,
         generation_policy_version=(
-            pick("generation_policy_version", row.generation_policy_version, want.generation_policy_version)
-            if want is not None and want.generation_policy_version is not None
-            else (-1 if row.generation_policy_version is None else row.generation_policy_version)
+            pick("generation_policy_version", row.generation_policy_version, _UNSET_INT,
+                 want.generation_policy_version if want else None)
+            if wants_version
+            else (_UNSET_INT if row.generation_policy_version is None else row.generation_policy_version)
         ),
     )
 
 
+def _stated_advantage(rows: Sequence[DumpRow], rollout_id: str) -> float | None:
+    """The rollout advantage the rows of `rollout_id` state (the one of the smallest trace id), or None."""
+    stated = sorted((str(r.physical_trace_id), float(r.rollout_advantage)) for r in rows
+                    if r.logical_rollout_id == rollout_id and r.rollout_advantage is not None)
+    return stated[0][1] if stated else None
+
+
 def _logical(
-    real: Sequence[DumpRow], expected: Mapping[str, ExpectedRollout], missing: Counter[str]
+    step: int, real: Sequence[DumpRow], expected: ExpectedStep | None, omitted: list[Omission]
 ) -> tuple[ObservedLogical, ...]:
-    """The step's logical rollouts, indexed by `parent_index`, as the dump's rows describe them."""
-    bound = len(real) + len(expected)
+    """The step's logical rollouts indexed by `parent_index`: the goldens' trainer order when they have the step."""
+    if expected is not None and expected.rollouts:
+        out = []
+        for k, want in enumerate(expected.rollouts):
+            advantage = _stated_advantage(real, want.rollout_id)
+            if advantage is None:
+                if want.advantage is not None and want.error is None:
+                    omitted.append(Omission(step, "rollout_advantage", want.rollout_id, want.advantage))
+                advantage = _UNSET_FLOAT
+            out.append(ObservedLogical(index=k, rollout_id=want.rollout_id, advantage=advantage))
+        return tuple(out)
     by_parent: dict[int, list[DumpRow]] = {}
     for row in real:
-        if row.parent_index < bound:
+        if row.parent_index < 2 * len(real) + 1:
             by_parent.setdefault(row.parent_index, []).append(row)
-    size = max(by_parent, default=-1) + 1
-    out: list[ObservedLogical] = []
-    for k in range(size):
-        rows = by_parent.get(k, [])
-        rid = _choose_id([r.logical_rollout_id for r in rows])
+    fallback: list[ObservedLogical] = []
+    for k in range(max(by_parent, default=-1) + 1):
+        rid = _choose_id([r.logical_rollout_id for r in by_parent.get(k, [])])
         if rid is None:
-            out.append(ObservedLogical(index=k, rollout_id=f"<no row has parent_index {k}>", advantage=math.nan))
+            fallback.append(ObservedLogical(index=k, rollout_id=f"<no row has parent_index {k}>", advantage=math.nan))
             continue
-        stated = sorted(((str(r.physical_trace_id), r.rollout_advantage) for r in rows
-                         if r.logical_rollout_id == rid and r.rollout_advantage is not None))
-        want = expected.get(rid)
-        if stated:
-            advantage = float(stated[0][1])  # type: ignore[arg-type]
-        else:
-            advantage = float(want.advantage) if want is not None and want.advantage is not None else math.nan
-            if want is not None:
-                missing["rollout_advantage"] += 1
-        out.append(ObservedLogical(index=k, rollout_id=rid, advantage=advantage))
-    return tuple(out)
+        advantage = _stated_advantage(by_parent[k], rid)
+        fallback.append(ObservedLogical(index=k, rollout_id=rid, advantage=math.nan if advantage is None else advantage))
+    return tuple(fallback)
 
 
 def _content_order(row: DumpRow) -> tuple[Any, ...]:
@@ -224,19 +266,19 @@ def observed_step(
     dp_size: int,
     micro_batch_size: int,
     metrics: Mapping[str, float] | None,
-    missing: Counter[str],
+    omitted: list[Omission],
 ) -> ObservedStep:
     """The audit's view of one step of the dump (real rows in physical-trace-id order, then padding)."""
     want_rows = {r.physical_trace_id: r for r in (expected.rows if expected else ())}
-    want_rollouts = {r.rollout_id: r for r in (expected.rollouts if expected else ())}
     real = sorted((r for r in rows if not r.is_padding), key=_content_order)
     padding = sorted((r for r in rows if r.is_padding), key=lambda r: r.line)
-    observed = [_observed_row(k, r, want_rows.get(str(r.physical_trace_id)), missing) for k, r in enumerate(real)]
-    observed += [_observed_row(len(real) + k, r, None, missing) for k, r in enumerate(padding)]
+    observed = [_observed_row(k, r, want_rows.get(str(r.physical_trace_id)), omitted, step)
+                for k, r in enumerate(real)]
+    observed += [_observed_row(len(real) + k, r, None, omitted, step) for k, r in enumerate(padding)]
     return ObservedStep(
         step=step,
         rows=tuple(observed),
-        logical=_logical(real, want_rollouts, missing),
+        logical=_logical(step, real, expected, omitted),
         metrics=dict(metrics or {}),
         dp_size=dp_size,
         micro_batch_size=micro_batch_size,
@@ -262,20 +304,22 @@ def verify_scenario(
     *,
     tolerances: Tolerances | None = None,
     reproduce: str = "",
+    strict: bool = False,
 ) -> ScenarioVerdict:
-    """Audit one golden scenario against its rows (and metrics) in the dump."""
+    """Audit one golden scenario against its rows (and metrics) in the dump (`strict`: omissions are findings)."""
     name = golden.name
     expectation = golden.expectation if metrics is not None else without_metrics(golden.expectation)
     by_step = {s.step: s for s in expectation.steps}
     rows = dump.rows_of(name)
-    missing: Counter[str] = Counter()
+    omitted: list[Omission] = []
     steps = []
     for step in sorted({r.step for r in rows}):
         steps.append(observed_step(
             step, [r for r in rows if r.step == step], by_step.get(step),
             dp_size=golden.trainer.dp_size, micro_batch_size=golden.trainer.micro_batch_size,
-            metrics=None if metrics is None else metrics.get(name, step), missing=missing,
+            metrics=None if metrics is None else metrics.get(name, step), omitted=omitted,
         ))
+    expectation = _skip_unstated_advantages(expectation, omitted)
     refused = dump.error_of(name)
     error = None if refused is None else ObservedError(
         code=refused.code, rollout_id=refused.rollout_id, turn_id=refused.turn_id, step=refused.step,
@@ -288,6 +332,8 @@ def verify_scenario(
     else:
         tol = Tolerances.for_dtype(golden.trainer.precision)
     report = audit_run(expectation, ObservedRun(steps=tuple(steps), error=error), tolerances=tol, reproduce=reproduce)
+    report = _drop_unchecked(report, omitted, reproduce=reproduce, strict=strict)
+    missing = Counter(o.field for o in omitted)
     rollout_of: dict[str, str] = {}
     for r in rows:
         if r.physical_trace_id is not None and r.logical_rollout_id is not None:
@@ -308,6 +354,35 @@ def verify_scenario(
     )
 
 
+def _skip_unstated_advantages(expectation: ScenarioExpectation, omitted: Sequence[Omission]) -> ScenarioExpectation:
+    """The expectation with no advantage for rollouts whose advantage the dump never states (check skipped)."""
+    skip = {(o.step, o.target) for o in omitted if o.field == "rollout_advantage"}
+    if not skip:
+        return expectation
+    steps = tuple(
+        replace(st, rollouts=tuple(replace(r, advantage=None) if (st.step, r.rollout_id) in skip else r
+                                   for r in st.rollouts))
+        for st in expectation.steps
+    )
+    return replace(expectation, steps=steps)
+
+
+def _drop_unchecked(report: AuditReport, omitted: Sequence[Omission], *, reproduce: str, strict: bool) -> AuditReport:
+    """Findings of an omitted field's check on that row removed; under `strict`, one finding per omission instead."""
+    unchecked = {(o.step, o.target, FIELD_CHECKS[o.field]) for o in omitted if o.field != "rollout_advantage"}
+    kept = [f for f in report.findings if (f.step, f.row, f.check) not in unchecked]
+    if strict:
+        for o in omitted:
+            row = None if o.field == "rollout_advantage" else o.target
+            what = f"logical rollout {o.target!r}" if row is None else "the row"
+            kept.append(Finding(
+                scenario=report.scenario, step=o.step, check=FIELD_CHECKS[o.field], row=row, position=None,
+                expected=o.expected, actual=None, reproduce=reproduce,
+                message=f"{o.field} is absent from the dump for {what}; --strict requires every optional field",
+            ))
+    return replace(report, findings=sort_findings(kept))
+
+
 def verify_reproduce(golden_dir: str, dump_path: str, metrics_path: str | None, scenario: str) -> str:
     """The command that re-audits one scenario."""
     parts = ["compactsim", "verify", golden_dir, dump_path]
@@ -323,6 +398,7 @@ def verify_dump(
     *,
     tolerances: Tolerances | None = None,
     reproduce: Callable[[str], str] | None = None,
+    strict: bool = False,
 ) -> VerifyReport:
     """Audit every scenario `golden` holds against `dump` (a dump line for a scenario the goldens lack is malformed)."""
     known = {e.name for e in golden.manifest.scenarios}
@@ -342,13 +418,16 @@ def verify_dump(
                                     f"{scenario!r} is not in the goldens at {golden.directory}")
     make = reproduce or (lambda name: verify_reproduce(str(golden.directory), dump.source, metrics_source, name))
     verdicts = tuple(
-        verify_scenario(g, dump, metrics, tolerances=tolerances, reproduce=make(g.name)) for g in golden.scenarios
+        verify_scenario(g, dump, metrics, tolerances=tolerances, reproduce=make(g.name), strict=strict)
+        for g in golden.scenarios
     )
     return VerifyReport(golden=str(golden.directory), dump=dump.source, metrics=metrics_source, scenarios=verdicts)
 
 
 __all__ = [
+    "FIELD_CHECKS",
     "OPTIONAL_FIELDS",
+    "Omission",
     "ScenarioVerdict",
     "VerifyReport",
     "observed_step",

@@ -228,7 +228,9 @@ def _padding(rows: int, view: TrainerView) -> int:
 def exact_batch_metrics(
     rollouts: Sequence[ExpectedRollout], rows: Sequence[ExpectedRow], view: TrainerView
 ) -> dict[str, float]:
-    """Every batch metric of a valid step (float sums exact up to rounding), plus the step counts (1 each).
+    """Every batch metric of a valid step (float sums exact up to rounding), plus one optimizer step.
+
+    (Scheduler increments are measured by the harness from the scheduler itself: `counts.scheduler`.)
 
     Meanings: `harness.core.metrics`. `advantages/sum` is NeMo-RL's sum of the unmasked, broadcast
     ``[R, S_pad]`` advantages (S_pad: the longest row rounded up to `make_sequence_length_divisible_by`);
@@ -261,7 +263,6 @@ def exact_batch_metrics(
         M.PR_DECLARED_BOUNDARIES: starts.get("declared_boundary", 0),
         M.PR_INFERRED_DISCONTINUITIES: starts.get("inferred_discontinuity", 0),
         M.OPTIMIZER_STEPS: 1,
-        M.SCHEDULER_INCREMENTS: 1,
         M.ADVANTAGES_SUM: s_pad * math.fsum(float(r.advantage) for r in rows),
         M.ADVANTAGES_MEAN: masked_sum / n_tokens if n_tokens else 0.0,
         M.ADVANTAGES_MIN: min((a for a, _ in token_adv), default=0.0),

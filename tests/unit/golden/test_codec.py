@@ -25,7 +25,7 @@ from harness.golden.codec import (
 from harness.golden.schema import validator
 from tests.unit.golden.golden_builders import DIGEST_A, DIGEST_B, expectation, refused_expectation, rows, trainer
 
-TOLERANCES = asdict(Tolerances.for_dtype("float32"))
+TOLERANCES = Tolerances.for_dtype("float32").rows_and_metrics()
 
 
 def test_row_line_spreads_logprobs_and_advantage_over_the_mask():
