@@ -3,7 +3,9 @@
 It reads the scenario and the agents' ground-truth logs only, never the pipeline (DESIGN §2):
 `expect_scenario(scenario, logs_by_step) -> ScenarioExpectation` is the entry point; the
 pieces (`read_truth`, `expected_plan`, `expected_rows`, `group_advantages`) are public so other
-tools can reuse them on single rollouts.
+tools can reuse them on single rollouts. `expect_training(settings, expectation, logs, measured)`
+adds the training step itself: loss, gradient norm, learning rate and the updated weights, from the
+weights the harness measured before each step (`harness.oracle.step`).
 """
 
 from harness.oracle.expect import (
@@ -25,16 +27,25 @@ from harness.oracle.plan import (
     mutation_error,
     segment,
 )
+from harness.oracle.routes import CallRoutes, RowRoutes, expected_row_routes
 from harness.oracle.rows import batch_route_layout, expected_rows, pixel_digest_of_data_url, trace_routes
+from harness.oracle.step import expected_step
+from harness.oracle.step_settings import LossSettings, OptimizerSettings, StepSettings
+from harness.oracle.training import expect_training
 from harness.oracle.truth import CallTruth, RolloutTruth, read_truth
 
 __all__ = [
     "MUTATION_TURNS",
     "STD_EPSILON",
+    "CallRoutes",
     "CallTruth",
     "GroupAdvantages",
+    "LossSettings",
+    "OptimizerSettings",
     "PlanTruth",
     "RolloutTruth",
+    "RowRoutes",
+    "StepSettings",
     "TraceTruth",
     "TrainerView",
     "batch_error",
@@ -43,9 +54,12 @@ __all__ = [
     "exact_batch_metrics",
     "expect_scenario",
     "expect_step",
+    "expect_training",
     "expected_plan",
     "expected_reward",
+    "expected_row_routes",
     "expected_rows",
+    "expected_step",
     "group_advantages",
     "mutation_error",
     "pixel_digest_of_data_url",

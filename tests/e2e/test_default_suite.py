@@ -2,23 +2,17 @@
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import pytest
-from typer.testing import CliRunner
 
-from harness.cli import app
 from scenarios.catalogue import list_scenarios
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200), pytest.mark.filterwarnings("ignore::DeprecationWarning")]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500), pytest.mark.filterwarnings("ignore::DeprecationWarning")]
 
 
-def test_default_suite_meets_every_expected_verdict(tmp_path: Path):
-    out = tmp_path / "run"
-    result = CliRunner().invoke(app, ["run", "--out", str(out)])
-    assert result.exit_code == 0, result.output[-4000:]
-    summary = json.loads((out / "summary.json").read_text())
+def test_default_suite_meets_every_expected_verdict(default_suite):
+    out = default_suite.out
+    assert default_suite.exit_code == 0, default_suite.output[-4000:]
+    summary = default_suite.summary
     names = [s.name for s in list_scenarios()]
     assert [s["name"] for s in summary["scenarios"]] == names
     assert summary["counts"] == {"scenarios": len(names), "passed": len(names), "failed": 0, "findings": 0}
