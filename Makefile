@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_FLAGS ?= -q
 
-.PHONY: run test test-fast bench clean
+.PHONY: run test test-fast fuzz bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -21,6 +21,11 @@ test: $(STAMP)  ## the full test suite (what CI runs)
 
 test-fast: $(STAMP)  ## everything except tests marked slow
 	$(BIN)/python -m pytest $(PYTEST_FLAGS) -m "not slow"
+
+FUZZ_CASES ?= 100000
+FUZZ_SEED ?= 0
+fuzz: $(STAMP)  ## long evidence fuzz (FUZZ_CASES=100000, FUZZ_SEED=0): prints "N cases, K untyped", fails when K > 0
+	$(BIN)/python -m tests.property.fuzz_driver --cases $(FUZZ_CASES) --seed $(FUZZ_SEED)
 
 bench: $(STAMP)  ## every benchmark, ratios measured side by side
 	for b in bench/bench_*.py; do $(BIN)/python $$b || exit 1; done

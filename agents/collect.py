@@ -158,19 +158,21 @@ class InProcessServers:
 
     @contextmanager
     def open(self) -> Iterator[tuple[httpx.Client, httpx.Client | None]]:
-        from fastapi.testclient import TestClient
-
         from mock_servers.model_server import ServerSettings
         from mock_servers.model_server import create_app as model_app
         from mock_servers.reward_server import RewardSettings
         from mock_servers.reward_server import create_app as reward_app
+        from mock_servers.serving import client_timeout_s, inprocess_client
 
+        # the in-process clients enforce the same read timeout as HTTP ones (a `timeout` fault fires)
+        seconds = client_timeout_s(self.model_settings)
         with ExitStack() as stack:
-            model = stack.enter_context(TestClient(model_app(ServerSettings.model_validate(dict(self.model_settings)))))
+            model = stack.enter_context(inprocess_client(model_app(ServerSettings.model_validate(dict(self.model_settings))),
+                                                         base_url="http://testserver", timeout_s=seconds))
             reward = None
             if self.reward_settings is not None:
                 app = reward_app(RewardSettings.model_validate(dict(self.reward_settings)))
-                reward = stack.enter_context(TestClient(app))
+                reward = stack.enter_context(inprocess_client(app, base_url="http://testserver", timeout_s=seconds))
             yield model, reward
 
 

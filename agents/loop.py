@@ -7,7 +7,9 @@ answer every function call from the script, and stop after a turn without a tool
 `max_steps`, or when generation hit its token budget (`finish_reason` length). Transient
 faults (5xx/429, timeouts, broken connections, unparsable bodies) are retried up to the
 budget; then, or on any other fault, the rollout ends with a classified `RolloutFailure`.
-The client must carry a read timeout, so a rollout can never hang.
+The client must carry a read timeout, so a rollout can never hang. Like a Gym task, every call
+carries the same metadata (the rollout id) and a retry repeats the identical body: the server
+derives turn and attempt itself (`send_turn_hints` adds its optional hints).
 """
 
 from __future__ import annotations
@@ -143,6 +145,10 @@ class ScriptedAgent:
     sleep: Callable[[float], None] = time.sleep
     #: safety cap when the spec sets no `max_steps` (a model that never stops calling tools)
     step_cap: int = 1000
+    #: also send the server's optional ``compactsim_turn``/``compactsim_attempt`` hints. Off by
+    #: default: like a Gym task's metadata, the agent sends only its rollout id, the same on every
+    #: call, and retries with the identical body; the server derives turn and attempt (DESIGN §6b).
+    send_turn_hints: bool = False
 
     def __post_init__(self) -> None:
         timeout = getattr(self.client, "timeout", None)
@@ -176,7 +182,7 @@ class ScriptedAgent:
                     body,
                     retry=self.retry,
                     validate=completion_problem if chat else _responses_problem,
-                    body_for_attempt=lambda n, b=body: _attempt_body(b, n, chat=chat),
+                    body_for_attempt=lambda n, b=body: _attempt_body(b, n, chat=chat, hint=self.send_turn_hints),
                     sleep=self.sleep,
                 )
                 if chat:
@@ -224,7 +230,9 @@ class ScriptedAgent:
         body: dict[str, Any] = {**spec.sampling.body(), "input": [dict(it) for it in items]}
         if spec.sends_required_prefix:
             body["required_prefix_token_ids"] = list(prefix) if prefix is not None else None
-        body["metadata"] = {"compactsim_rollout_id": spec.rollout_id, "compactsim_turn": str(turn)}
+        body["metadata"] = {"compactsim_rollout_id": spec.rollout_id}
+        if self.send_turn_hints:
+            body["metadata"]["compactsim_turn"] = str(turn)
         return body
 
     def _tool_observations(
@@ -249,9 +257,9 @@ class ScriptedAgent:
         return items, shown
 
 
-def _attempt_body(body: Mapping[str, Any], attempt: int, *, chat: bool) -> Mapping[str, Any]:
-    """The body of attempt `attempt`: a retry carries its number in metadata (a fresh keyed fault draw)."""
-    if attempt > 1:
+def _attempt_body(body: Mapping[str, Any], attempt: int, *, chat: bool, hint: bool = False) -> Mapping[str, Any]:
+    """The body of attempt `attempt`: identical to the first (as Gym retries), or with the attempt hint."""
+    if hint and attempt > 1:
         body = {**body, "metadata": {**body.get("metadata", {}), "compactsim_attempt": str(attempt)}}
     return chat_body(body) if chat else body
 

@@ -1,8 +1,14 @@
-"""The `compactsim` command line: typer parses, rich renders; each command lives in harness/commands/."""
+"""The `compactsim` command line: typer parses, rich renders; each command lives in harness/commands/.
+
+Command modules import only typer, rich and light harness modules at import time; torch, ray,
+fastapi and matplotlib load inside the command that needs them, so `compactsim --help`, `list`,
+`show` and `schema` start fast (tests/unit/commands/test_cli_fast.py checks `sys.modules`).
+"""
 
 from __future__ import annotations
 
 import importlib
+from typing import Annotated
 
 import typer
 
@@ -16,9 +22,31 @@ app = typer.Typer(
 
 
 
+def installed_version() -> str:
+    """compactsim's version as installed (package metadata), "unknown" when run from a bare source tree."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("compactsim")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"compactsim {installed_version()}")
+        raise typer.Exit(0)
+
+
 @app.callback()
-def _main() -> None:
-    """Deterministic harness for training context-compacted agent rollouts with GRPO."""
+def _main(
+    version: Annotated[bool, typer.Option("--version", callback=_print_version, is_eager=True,
+                                          help="Print compactsim's version and exit.")] = False,
+) -> None:
+    """Deterministic harness for training context-compacted agent rollouts with GRPO.
+
+    Exit codes: 0 success, 1 findings, 2 bad input / usage / setup, 3 Gym drift.
+    """
 
 
 #: Command modules, each exposing `register(app)`. Missing optional modules are skipped so a

@@ -10,6 +10,10 @@ active wherever compactsim is installed. Two ways to use it::
     def test_two_seeds(compactsim_run):
         assert compactsim_run("no-compaction", seed=1).passed
 
+``compactsim_run`` returns a `ScenarioResult`: ``.passed``, ``.findings`` and ``.reproduce`` at
+hand, the full record as ``.record`` and every other attribute of the underlying
+`harness.runner.ScenarioRun` (``.files``, ``.audit``, ...) passed through.
+
 Flags (group ``compactsim``): ``--compactsim-seed N`` overrides every scenario's seed,
 ``--compactsim-backend module:attr`` selects the backend under test, ``--compactsim-out DIR``
 keeps each run's artifacts. A failing test prints each finding (scenario, step, row, token,
@@ -32,6 +36,46 @@ MARKER = "compactsim"
 MAX_FINDINGS_SHOWN = 10
 
 _runs_key = pytest.StashKey[list[Any]]()
+
+
+class ScenarioResult:
+    """One scenario run as a test sees it: what a test asserts on first (`passed`), then everything else.
+
+    A thin view of `harness.runner.ScenarioRun` (kept as `.run`); unknown attributes are read from
+    it, so ``result.record``, ``result.files`` and ``result.audit`` work as on the run itself.
+    """
+
+    __slots__ = ("run",)
+
+    def __init__(self, run: Any) -> None:
+        self.run = run
+
+    @property
+    def record(self) -> Any:
+        return self.run.record
+
+    @property
+    def passed(self) -> bool:
+        """The scenario met its expected verdict with no audit finding."""
+        return bool(self.run.record.passed)
+
+    @property
+    def findings(self) -> tuple[Any, ...]:
+        return tuple(self.run.record.findings)
+
+    @property
+    def reproduce(self) -> str:
+        """The one-line command that re-runs the scenario."""
+        return str(self.run.record.reproduce)
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "run":  # not set yet (copying, unpickling): no recursion
+            raise AttributeError(name)
+        return getattr(self.run, name)
+
+    def __repr__(self) -> str:
+        rec = self.run.record
+        return f"ScenarioResult({rec.name!r}, seed={rec.seed}, passed={rec.passed}, findings={len(rec.findings)})"
 
 
 class CompactsimAuditFailure(AssertionError):
@@ -88,7 +132,7 @@ class ScenarioRunner:
 
     def __call__(self, scenario: str, *, seed: int | None = None, backend: str | None = None,
                  steps: int | None = None) -> Any:
-        """The `harness.runner.ScenarioRun` of `scenario` (catalogue name or YAML path); `seed` beats the flag."""
+        """The `ScenarioResult` of `scenario` (catalogue name or YAML path), run once per key; `seed` beats the flag."""
         from harness.runner import RunOptions, resolve_scenarios, run_scenario, write_outputs
 
         seed = seed if seed is not None else self.config.getoption(SEED_OPTION)
@@ -103,19 +147,19 @@ class ScenarioRunner:
 
                 target = Path(out) / f"{run.record.name}-seed{run.record.seed}"
                 write_outputs(target, [run], suite_record([run], RunOptions(seed=seed, backend=backend), [scenario]))
-            self._cache[key] = run
+            self._cache[key] = ScenarioResult(run)
         return self._cache[key]
 
 
 @pytest.fixture(scope="session")
 def compactsim_runner(pytestconfig: pytest.Config) -> ScenarioRunner:
-    """Session-scoped factory: ``compactsim_runner(scenario, seed=...)`` returns a cached `ScenarioRun`."""
+    """Session-scoped factory: ``compactsim_runner(scenario, seed=...)`` returns a cached `ScenarioResult`."""
     return ScenarioRunner(pytestconfig)
 
 
 @pytest.fixture
 def compactsim_run(request: pytest.FixtureRequest, compactsim_runner: ScenarioRunner) -> Callable[..., Any]:
-    """Per-test: ``compactsim_run(scenario, seed=...)`` returns the run (`.passed`, `.record.findings`).
+    """Per-test: ``compactsim_run(scenario, seed=...)`` returns a `ScenarioResult` (`.passed`, `.findings`, `.record`).
 
     Called without a scenario inside a test marked ``@pytest.mark.compactsim``, it returns the
     marker's run. Every run it returns is listed in the test's failure output.
@@ -190,6 +234,7 @@ __all__ = [
     "MARKER",
     "OUT_OPTION",
     "SEED_OPTION",
+    "ScenarioResult",
     "ScenarioRunner",
     "compactsim_run",
     "compactsim_runner",

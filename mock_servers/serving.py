@@ -1,4 +1,8 @@
-"""Open the mock model and reward servers for a whole run: in-process (ASGI) or on a 127.0.0.1 port."""
+"""Open the mock model and reward servers for a whole run: in-process (ASGI) or on a 127.0.0.1 port.
+
+Both ways, the clients carry the same read timeout (`client_timeout_s`) and enforce it, so a
+`timeout` fault ends in the same retried or failed attempt in process and over HTTP.
+"""
 
 from __future__ import annotations
 
@@ -14,8 +18,74 @@ from harness.core.errors import ConfigError
 
 HOST = "127.0.0.1"
 ServerMode = Literal["inprocess", "http"]
-#: Read timeout of the clients of a real-port server (a policy-mode call on a busy CPU is slow).
-HTTP_TIMEOUT_S = 60.0
+#: Timeout of compactsim's own clients (a policy-mode call on a busy CPU is slow). Shorter than the
+#: longest `timeout` fault delay a scenario may declare (60 s), so such a fault always fires.
+HTTP_TIMEOUT_S = 30.0
+#: A declared `timeout` fault with delay d makes the clients' timeout ``d * TIMEOUT_FAULT_SHARE``
+#: (when that is shorter): the fault fires whatever its delay, and a test can keep it small.
+TIMEOUT_FAULT_SHARE = 0.5
+
+
+def client_timeout_s(model_settings: Mapping[str, Any] | None = None) -> float:
+    """The read timeout compactsim's clients use against a model server with these settings.
+
+    `HTTP_TIMEOUT_S`, or half the shortest delay of a declared `timeout` fault when that is
+    shorter, so every `timeout` fault trips the client and its retry path runs. Pick a delay at
+    least twice as long as the slowest ordinary call of the scenario (scripted calls take
+    milliseconds; policy-mode calls can take seconds on a busy CPU).
+    """
+    delays = [_fault_delay(f) for f in (model_settings or {}).get("faults") or () if _kind(f) == "timeout"]
+    return min([HTTP_TIMEOUT_S, *(d * TIMEOUT_FAULT_SHARE for d in delays if d > 0)])
+
+
+def _kind(fault: Any) -> Any:
+    return fault.get("kind") if isinstance(fault, Mapping) else getattr(fault, "kind", None)
+
+
+def _fault_delay(fault: Any) -> float:
+    from mock_servers.model_server.settings import FaultSpec
+
+    return (fault if isinstance(fault, FaultSpec) else FaultSpec.model_validate(dict(fault))).delay()
+
+
+class DeadlineApp:
+    """Wrap an ASGI app so an in-process client gets `httpx.ReadTimeout` as a real socket client would.
+
+    `TestClient` ignores httpx timeouts; without this a `timeout` fault would just stall an
+    in-process run. The deadline covers the whole request (the answer comes in one piece in
+    process); the message is httpx's own ("timed out"), so what the agents record about the
+    attempt is the same in process and over HTTP.
+    """
+
+    def __init__(self, app: Any, timeout_s: float) -> None:
+        self.app = app
+        self.timeout_s = timeout_s
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        import anyio
+        import httpx
+
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        try:
+            with anyio.fail_after(self.timeout_s):
+                await self.app(scope, receive, send)
+        except TimeoutError:
+            raise httpx.ReadTimeout("timed out") from None
+
+
+def inprocess_client(app: Any, *, base_url: str, timeout_s: float) -> Any:
+    """A `TestClient` for `app` that enforces `timeout_s` (and reports it as its `timeout`)."""
+    import httpx
+
+    with warnings.catch_warnings():  # starlette's note about httpx2 says nothing about this run
+        warnings.filterwarnings("ignore", message="Using `httpx` with `starlette.testclient`")
+        from fastapi.testclient import TestClient
+
+    client = TestClient(DeadlineApp(app, timeout_s), base_url=base_url)
+    client.timeout = httpx.Timeout(timeout_s)
+    return client
 
 
 @dataclass(frozen=True)
@@ -58,25 +128,33 @@ def open_mock_servers(
     """The mock model and reward servers built from plain settings, with one client each."""
     import httpx
 
-    with warnings.catch_warnings():  # starlette's note about httpx2 says nothing about this run
-        warnings.filterwarnings("ignore", message="Using `httpx` with `starlette.testclient`")
-        from fastapi.testclient import TestClient
-
     from mock_servers.model_server import ServerSettings, create_app
     from mock_servers.reward_server import RewardSettings
     from mock_servers.reward_server import create_app as create_reward_app
 
     model_app = create_app(ServerSettings.model_validate(dict(model_settings)))
     reward_app = create_reward_app(RewardSettings.model_validate(dict(reward_settings)))
+    seconds = client_timeout_s(model_settings)
     with ExitStack() as stack:
         if mode == "http":
-            timeout = httpx.Timeout(HTTP_TIMEOUT_S)
+            timeout = httpx.Timeout(seconds)
             model = stack.enter_context(httpx.Client(base_url=stack.enter_context(serve_on_loopback(model_app)), timeout=timeout))
             reward = stack.enter_context(httpx.Client(base_url=stack.enter_context(serve_on_loopback(reward_app)), timeout=timeout))
         else:
-            model = stack.enter_context(TestClient(model_app, base_url="http://model"))
-            reward = stack.enter_context(TestClient(reward_app, base_url="http://reward"))
+            model = stack.enter_context(inprocess_client(model_app, base_url="http://model", timeout_s=seconds))
+            reward = stack.enter_context(inprocess_client(reward_app, base_url="http://reward", timeout_s=seconds))
         yield OpenServers(model, reward)
 
 
-__all__ = ["HOST", "HTTP_TIMEOUT_S", "OpenServers", "ServerMode", "open_mock_servers", "serve_on_loopback"]
+__all__ = [
+    "HOST",
+    "HTTP_TIMEOUT_S",
+    "TIMEOUT_FAULT_SHARE",
+    "DeadlineApp",
+    "OpenServers",
+    "ServerMode",
+    "client_timeout_s",
+    "inprocess_client",
+    "open_mock_servers",
+    "serve_on_loopback",
+]

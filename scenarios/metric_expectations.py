@@ -15,7 +15,7 @@ the per-step values to one number first; `all(m)` / `any(m)` require every / at 
 to pass. Examples::
 
     token_mult_prob_error: {max_abs_dev: 1.0e-9, reference: 1.0}
-    physical_trace_training/scheduler_step_increment: {equals: 1}
+    train/scheduler_increments: {equals: 1}
     mean(token_mult_prob_error): {between: [0.999999, 1.000001]}
 """
 
@@ -29,6 +29,7 @@ from typing import Any
 
 from harness.core.errors import ConfigError
 from harness.core.expectations import MetricExpectation
+from harness.core.metrics import STEP_COUNT_KEYS
 
 AGGREGATES: tuple[str, ...] = ("mean", "min", "max", "sum", "first", "last", "all", "any")
 CHECK_KEYS: tuple[str, ...] = ("equals", "max_abs_dev", "reference", "min", "max", "between")
@@ -194,8 +195,51 @@ def evaluate(
     return tuple(out)
 
 
+#: Per-step metrics that count optimizer steps: every step contributes the same count, so their
+#: run-level `sum` is proportional to the number of steps a run trains.
+STEP_COUNT_METRICS: frozenset[str] = frozenset(STEP_COUNT_KEYS)
+
+
+def is_step_count(key: str) -> bool:
+    """Whether a `metrics` key is a run-level step count (``sum(M)`` of a `STEP_COUNT_METRICS` metric)."""
+    metric, aggregate = parse_metric_key(key)
+    return aggregate == "sum" and metric in STEP_COUNT_METRICS
+
+
+def _scaled(value: Any, steps: int, capped: int) -> Any:
+    scaled = value * capped / steps
+    return int(scaled) if float(scaled).is_integer() else scaled
+
+
+def scale_step_counts(entries: Mapping[str, Mapping[str, Any]], steps: int, capped: int) -> dict[str, dict[str, Any]]:
+    """A scenario's `metrics` entries for a run capped from `steps` to `capped` optimizer steps.
+
+    Step-count expectations (``sum(optimizer_steps) == 20`` in a 20-step scenario) scale
+    proportionally — ``== 6`` under ``--steps 6`` — so a capped run of a passing scenario passes;
+    tolerances (`max_abs_dev`) do not scale, and every other entry is unchanged. Entries are
+    validated first, so a malformed one still fails with its own message.
+    """
+    if steps < 1 or capped < 1:
+        raise ConfigError("invalid_config", f"steps={steps}, capped={capped}: expected positive step counts")
+    out: dict[str, dict[str, Any]] = {}
+    for key, check in entries.items():
+        parse_metric_check(key, check)
+        check = dict(check)
+        if capped != steps and is_step_count(key):
+            for name in ("equals", "min", "max", "reference"):
+                if name in check:
+                    check[name] = _scaled(check[name], steps, capped)
+            if "between" in check:
+                check["between"] = [_scaled(v, steps, capped) for v in check["between"]]
+        out[key] = check
+    return out
+
+
 __all__ = [
     "AGGREGATES",
+    "STEP_COUNT_METRICS",
+    "is_step_count",
+    "scale_step_counts",
     "CHECK_KEYS",
     "MetricOutcome",
     "describe",

@@ -11,7 +11,8 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape as rich_escape
 
-from harness.core.errors import CompactsimError, ConfigError, ContractError
+from harness.core.errors import CompactsimError, ContractError
+from harness.core.json_input import InputError, load_json_documents
 
 
 class ExitCode(IntEnum):
@@ -37,30 +38,8 @@ err_console = _console(stderr=True)
 
 
 def load_results(path: Path) -> list[Any]:
-    """A file holding one result object, a JSON list of results, or JSON lines."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError("invalid_argument", f"cannot read {path}: {exc.strerror}") from None
-    stripped = text.strip()
-    if not stripped:
-        raise ContractError("malformed_payload", detail=f"{path}: empty file")
-    try:
-        value = json.loads(stripped)
-    except json.JSONDecodeError:
-        value = None
-        results: list[Any] = []
-        for lineno, line in enumerate(text.splitlines(), 1):
-            if not line.strip():
-                continue
-            try:
-                results.append(json.loads(line))
-            except json.JSONDecodeError as exc:
-                raise ContractError(
-                    "malformed_payload", detail=f"{path}:{lineno}: invalid JSON ({exc.msg} at column {exc.colno})"
-                ) from None
-        return results
-    return value if isinstance(value, list) else [value]
+    """A file holding one result object, a JSON list of results, or JSON lines (limits: `harness.core.json_input`)."""
+    return load_json_documents(path, what="Gym result file")
 
 
 def print_json(value: Any) -> None:
@@ -71,10 +50,10 @@ def print_json(value: Any) -> None:
 
 def report_error(exc: CompactsimError, *, as_json: bool) -> ExitCode:
     """Print a compactsim error for a person (stderr, red) or a machine (stdout JSON)."""
-    if as_json and isinstance(exc, ContractError):
+    if as_json and isinstance(exc, (ContractError, InputError)):
         print_json(exc.to_json())
     elif as_json:
         print_json({"error_code": getattr(exc, "code", "error"), "message": str(exc)})
     else:
-        err_console.print(f"[red]error[/red]: {rich_escape(str(exc))}", markup=True)
+        err_console.print(f"[red]error[/red]: {rich_escape(str(exc))}", markup=True, soft_wrap=True)
     return ExitCode.ERROR

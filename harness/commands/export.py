@@ -20,7 +20,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from harness.commands.common import ExitCode, console, err_console, print_json, report_error
-from harness.core.errors import CompactsimError, ConfigError
+from harness.core.errors import CompactsimError
+from harness.core.json_input import limits_help
 
 DEFAULT_OUT = Path("compactsim-goldens")
 
@@ -52,12 +53,10 @@ def export_command(
     from harness.golden.reader import read_golden
     from harness.golden.reference import backend_dump
     from harness.golden.rows_dump import format_dump, metrics_line
-    from harness.runner import resolve_scenarios
+    from harness.commands.selection import select_scenarios
 
     try:
-        selected = resolve_scenarios(scenarios or [])
-        if not selected:
-            raise ConfigError("invalid_argument", f"no scenario matches {scenarios}")
+        selected = select_scenarios(scenarios or [])
         with err_console.status("exporting", spinner="dots") if not json_output else nullcontext():
             result = export_goldens(selected, out, seed=seed, max_steps=steps, selection=list(scenarios or []))
             if reference_dump is not None:
@@ -88,7 +87,7 @@ def export_command(
 
 
 def register(app: typer.Typer) -> None:
-    app.command("export")(export_command)
+    app.command("export", epilog=limits_help())(export_command)
 
 
 __all__ = ["format_export_table", "register"]

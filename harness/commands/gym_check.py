@@ -9,8 +9,25 @@ import typer
 
 from harness.commands.common import ExitCode, console, print_json, report_error
 from harness.core.errors import CompactsimError
-from harness.gym_check import GymCheckOptions, format_report, run_gym_check, write_report
-from harness.gym_check.venv import CACHE_ENV
+from harness.core.json_input import limits_help
+
+#: Mirrors `harness.gym_check.venv.CACHE_ENV` (not imported here: `compactsim --help` stays fast).
+CACHE_ENV = "COMPACTSIM_GYM_CACHE"
+
+
+def check_payload_files(paths: list[Path]) -> None:
+    """Read every payload file (directories: their .json/.jsonl files) within the input limits, before any venv work."""
+    from harness.core.json_input import InputError, load_json_documents
+
+    for path in paths:
+        if path.is_dir():
+            files = sorted(p for p in path.rglob("*") if p.suffix in (".json", ".jsonl") and p.is_file())
+        elif path.exists():
+            files = [path]
+        else:
+            raise InputError(str(path), None, None, "file not found (a payload .json/.jsonl file or a directory)")
+        for f in files:
+            load_json_documents(f, what="payload file")
 
 
 def gym_check_command(
@@ -40,11 +57,14 @@ def gym_check_command(
     Exit 0: compatible. Exit 3: drift the planner cannot accept (each one is named).
     Exit 2: the revision could not be set up (the reason is printed).
     """
+    from harness.gym_check import GymCheckOptions, format_report, run_gym_check, write_report
+
     opts = GymCheckOptions(
         spec=gym, live=live, cache_dir=cache_dir, offline=offline, payload_paths=tuple(payloads or ()),
         live_scenarios=tuple(scenario or ()), emitter=emitter,
     )
     try:
+        check_payload_files(list(payloads or ()))
         report = run_gym_check(opts, out_dir=out)
     except CompactsimError as exc:
         raise typer.Exit(report_error(exc, as_json=json_output)) from None
@@ -58,4 +78,4 @@ def gym_check_command(
 
 
 def register(app: typer.Typer) -> None:
-    app.command("gym-check")(gym_check_command)
+    app.command("gym-check", epilog=limits_help())(gym_check_command)

@@ -4,20 +4,18 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.table import Table
 
 from harness.commands.common import ExitCode, console, load_results, print_json, report_error
-from harness.core.batch import TraceBatch
 from harness.core.errors import CompactsimError
-from harness.core.trace_plan import TracePlan
-from harness.pipeline.advantages import compute_logical_advantages
-from harness.pipeline.ingest import normalize_result
-from harness.pipeline.materializer import prepare_trace_batch
-from harness.pipeline.planner import plan_rollout
-from harness.pipeline.train_config import AdvantageConfig, MaterializeConfig
+from harness.core.json_input import limits_help
+
+if TYPE_CHECKING:  # torch and the pipeline load only when the command runs (fast `compactsim --help`)
+    from harness.core.batch import TraceBatch
+    from harness.core.trace_plan import TracePlan
 
 
 def format_batch_json(batch: TraceBatch) -> dict[str, Any]:
@@ -62,6 +60,9 @@ def format_batch_table(batch: TraceBatch) -> Table:
 
 
 def _plans(files: list[Path], missing_reward: float) -> list[TracePlan]:
+    from harness.pipeline.ingest import normalize_result
+    from harness.pipeline.planner import plan_rollout
+
     plans: list[TracePlan] = []
     for path in files:
         for result in load_results(path):
@@ -91,6 +92,10 @@ def materialize_command(
     ] = 0.0,
 ) -> None:
     """Plan and materialize every rollout in FILE... as one batch; print each row."""
+    from harness.pipeline.advantages import compute_logical_advantages
+    from harness.pipeline.materializer import prepare_trace_batch
+    from harness.pipeline.train_config import AdvantageConfig, MaterializeConfig
+
     try:
         plans = _plans(files, missing_reward)
         logical = compute_logical_advantages(
@@ -118,4 +123,4 @@ def materialize_command(
 
 
 def register(app: typer.Typer) -> None:
-    app.command("materialize")(materialize_command)
+    app.command("materialize", epilog=limits_help())(materialize_command)

@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.table import Table
 
 from harness.commands.common import ExitCode, console, load_results, print_json, report_error
 from harness.core.errors import CompactsimError
-from harness.core.trace_plan import TracePlan
-from harness.pipeline.planner import plan_rollout
+from harness.core.json_input import limits_help
+
+if TYPE_CHECKING:  # the pipeline (and torch) load only when the command runs, so `compactsim --help` stays fast
+    from harness.core.trace_plan import TracePlan
 
 
 def format_plan_table(plans: list[TracePlan]) -> Table:
@@ -44,6 +46,8 @@ def plan_command(
     ] = False,
 ) -> None:
     """Plan logical → physical traces for every rollout in FILES."""
+    from harness.pipeline.planner import plan_rollout
+
     try:
         plans = [plan_rollout(r, strict=not no_strict) for f in files for r in load_results(f)]
     except CompactsimError as exc:
@@ -56,4 +60,4 @@ def plan_command(
 
 
 def register(app: typer.Typer) -> None:
-    app.command("plan")(plan_command)
+    app.command("plan", epilog=limits_help())(plan_command)

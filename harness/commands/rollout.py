@@ -92,9 +92,11 @@ def build_specs(
 
 def scenario_step(name: str, *, step: int, seed: int | None) -> Any:
     """The catalogue scenario `name` (under `seed` when given), checked to have a collectable step `step`."""
+    from harness.commands.selection import check_names
     from harness.core.seeds import check_seed
-    from scenarios.catalogue import get_scenario
+    from scenarios.catalogue import default_catalogue, get_scenario
 
+    check_names([name], default_catalogue(), tags=False)  # "did you mean" by edit distance
     scenario = get_scenario(name)
     if seed is not None:
         scenario = scenario.with_seed(check_seed(seed))

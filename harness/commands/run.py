@@ -8,7 +8,9 @@
     compactsim shrink my-scenario.yaml --backend mypkg:Backend --out shrunk/
 
 `run` exits 0 only when every scenario meets its expected verdict with no audit finding, 1 when
-any scenario fails, 2 on a usage error (unknown scenario, bad option).
+any scenario fails, 2 on a usage error or bad input (unknown scenario, bad option, a scenario file
+that is missing, undecodable or over the input limits). `--junit-xml` / `--markdown` write CI
+reports; in a log without a terminal each finished scenario prints one line.
 """
 
 from __future__ import annotations
@@ -24,8 +26,12 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from harness.commands.ci_outputs import format_progress_line, write_ci_outputs
 from harness.commands.common import ExitCode, console, err_console, load_results, print_json, report_error
+from harness.commands.selection import select_scenarios
 from harness.core.errors import CompactsimError, ConfigError
+from harness.core.json_input import limits_help, load_json
+from harness.outputs import finish_output_dir, prepare_output_dir
 
 DEFAULT_OUT = Path("compactsim-run")
 
@@ -70,6 +76,8 @@ def run_command(
     scenarios: Annotated[list[str] | None, typer.Argument(help="scenario names, tags or YAML files (default: all)")] = None,
     seed: Annotated[int | None, typer.Option(help="seed for every scenario (default: each scenario's own)")] = None,
     out: Annotated[Path, typer.Option(help="output directory: summary.json, report.html, per-scenario artifacts")] = DEFAULT_OUT,
+    force: Annotated[bool, typer.Option("--force", help="write into a non-empty --out that is not a compactsim output "
+                                                        "folder (only compactsim's own entries are replaced)")] = False,
     executor: Annotated[str, typer.Option(help="local (in this process) or ray (one task per scenario)")] = "local",
     ray_address: Annotated[str | None, typer.Option("--ray-address", help="an existing Ray cluster to fan scenarios out over")] = None,
     parallel: Annotated[int, typer.Option(min=1, help="Ray: CPUs of the local Ray instance")] = 2,
@@ -80,11 +88,14 @@ def run_command(
     wandb: Annotated[bool, typer.Option("--wandb", help="log each scenario to Weights & Biases, offline, under OUT/wandb")] = False,
     gym_check: Annotated[Path | None, typer.Option("--gym-check", help="a gym-check.json whose revision to record")] = None,
     json_output: Annotated[bool, typer.Option("--json", help="print summary.json to stdout instead of the table")] = False,
+    junit_xml: Annotated[Path | None, typer.Option("--junit-xml", help="also write JUnit XML: one test case per scenario")] = None,
+    markdown: Annotated[Path | None, typer.Option("--markdown", help="also write a Markdown summary (appended to "
+                                                                      "$GITHUB_STEP_SUMMARY too when that is set)")] = None,
 ) -> None:
     """Run scenarios through the backend, audit every step against the oracle, and write the report."""
+    from harness.report.junit import cases_from_records
     from harness.report.summary import format_summary
-    from harness.runner import DEFAULT_BACKEND, RunOptions, gym_record, resolve_scenarios, run_suite, suite_record, \
-        write_outputs
+    from harness.runner import DEFAULT_BACKEND, RunOptions, gym_record, run_suite, suite_record, write_outputs
 
     _use_cwd_imports()
     try:
@@ -98,20 +109,33 @@ def run_command(
             from harness.pipeline.backend import load_backend
 
             load_backend(backend)  # fail fast, before any scenario runs
-        selected = resolve_scenarios(scenarios or [])
-        if not selected:
-            raise ConfigError("invalid_argument", f"no scenario matches {scenarios}")
+        selected = select_scenarios(scenarios or [])
+        if gym_check is not None:
+            load_json(gym_check, what="gym-check.json")  # within the input limits before anything runs
+        prepare_output_dir(out, force=force)  # outputs: clear the old run's, mark this one running
     except CompactsimError as exc:
         raise typer.Exit(report_error(exc, as_json=json_output)) from None
     options = RunOptions(seed=seed, backend=backend or DEFAULT_BACKEND, device=device, max_steps=steps,  # type: ignore[arg-type]
                          server=server, wandb=wandb, wandb_dir=str(out / "wandb"))  # type: ignore[arg-type]
     started = time.perf_counter()
+    plain = not err_console.is_terminal  # CI logs: one line per scenario instead of redrawn bars
+    finished = 0
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=err_console, transient=True, disable=json_output) as progress:
+                  console=err_console, transient=True, disable=json_output or plain) as progress:
         overall = progress.add_task("scenarios", total=len(selected))
         tasks: dict[str, Any] = {}
 
         def on_event(ev: Any) -> None:
+            nonlocal finished
+            if plain:
+                if ev.done and not json_output:
+                    finished += 1
+                    rec = ev.record
+                    line = format_progress_line(finished, len(selected), ev.scenario,
+                                                bool(rec is not None and rec.passed),
+                                                float(rec.seconds) if rec is not None else 0.0)
+                    err_console.print(line, markup=False, highlight=False, soft_wrap=True)
+                return
             if ev.scenario not in tasks:
                 tasks[ev.scenario] = progress.add_task(f"  {ev.scenario}", total=max(ev.total_steps, 1))
             progress.update(tasks[ev.scenario], completed=ev.step)
@@ -124,7 +148,13 @@ def run_command(
     total = time.perf_counter() - started
     suite = suite_record(runs, options, [s.name for s in selected], gym=gym_record(runs, gym_check))
     paths = write_outputs(out, runs, suite, total_seconds=total, executor=executor)
+    finish_output_dir(out, passed=suite.passed)  # outputs: run-state.json says complete
     records = [r.record for r in runs]
+    try:
+        write_ci_outputs(cases_from_records(records), title="compactsim run", suite="compactsim run",
+                         junit_xml=junit_xml, markdown=markdown)
+    except CompactsimError as exc:
+        raise typer.Exit(report_error(exc, as_json=json_output)) from None
     if json_output:
         print_json(format_summary(suite))
     else:
@@ -212,13 +242,13 @@ def shrink_command(
     json_output: Annotated[bool, typer.Option("--json", help="print the result as JSON")] = False,
 ) -> None:
     """Shrink a failing scenario to the fewest model calls that still fail, and write it as a catalogue entry."""
-    from harness.runner import DEFAULT_BACKEND, RunOptions, resolve_scenarios
+    from harness.runner import DEFAULT_BACKEND, RunOptions
     from harness.shrink import shrink, shrunk_entry
     from scenarios.catalogue import dump_scenario
 
     _use_cwd_imports()
     try:
-        original = resolve_scenarios([scenario])[0]
+        original = select_scenarios([scenario])[0]
         if seed is not None:
             original = original.with_seed(seed)
         result = shrink(original, RunOptions(backend=backend or DEFAULT_BACKEND), max_examples=max_examples)
@@ -244,12 +274,12 @@ def shrink_command(
 def register(app: typer.Typer) -> None:
     from harness.commands import scenarios as catalogue_commands
 
-    app.command("run")(run_command)
+    app.command("run", epilog=limits_help())(run_command)
     # `compactsim list` / `compactsim show` are `compactsim scenarios list` / `show` (one implementation)
     app.command("list")(catalogue_commands.list_command)
     app.command("show")(catalogue_commands.show_command)
-    app.command("replay")(replay_command)
-    app.command("shrink")(shrink_command)
+    app.command("replay", epilog=limits_help())(replay_command)
+    app.command("shrink", epilog=limits_help())(shrink_command)
 
 
 __all__ = ["format_failures", "format_results_table", "register"]

@@ -45,10 +45,12 @@ def list_command(
     tag: Annotated[list[str] | None, typer.Option("--tag", help="Only scenarios with this tag (repeatable).")] = None,
 ) -> None:
     """List every catalogue scenario with its one-line purpose and expected verdict."""
+    from harness.commands.selection import check_names
     from scenarios.catalogue import default_catalogue
 
     try:
         catalogue = default_catalogue()
+        check_names(list(tag or ()), catalogue)  # `--tag` also takes scenario names (Catalogue.select)
         chosen = catalogue.select(list(tag)) if tag else catalogue.scenarios
     except CompactsimError as exc:
         raise typer.Exit(report_error(exc, as_json=as_json)) from None
@@ -64,10 +66,12 @@ def show_command(
     as_json: Annotated[bool, typer.Option("--json", help="Print the resolved scenario as JSON.")] = False,
 ) -> None:
     """Show one scenario: its YAML entry, rollout ids, expected verdict and resolved trainer settings."""
+    from harness.commands.selection import check_names
     from scenarios.catalogue import default_catalogue, dump_scenario
 
     try:
         catalogue = default_catalogue()
+        check_names([name], catalogue, tags=False)
         scenario = catalogue.get(name)
         info = describe(scenario)
     except CompactsimError as exc:

@@ -7,7 +7,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -27,16 +26,9 @@ def build_settings(mode: str, seed: int, settings_file: Path | None, dtype: str 
 
     data: dict[str, Any] = {}
     if settings_file is not None:
-        try:
-            text = settings_file.read_text(encoding="utf-8")
-        except OSError as exc:
-            raise ConfigError("invalid_argument", f"cannot read {settings_file}: {exc.strerror}") from None
-        if settings_file.suffix in (".yaml", ".yml"):
-            import yaml
+        from harness.core.json_input import load_structured
 
-            data = yaml.safe_load(text) or {}
-        else:
-            data = json.loads(text)
+        data = load_structured(settings_file, what="server settings file") or {}
         if not isinstance(data, dict):
             raise ConfigError("invalid_config", f"{settings_file}: expected a mapping of ServerSettings fields")
     data["mode"] = mode
@@ -64,7 +56,7 @@ def serve_command(
     try:
         server_settings = build_settings(mode, seed, settings, dtype)
     except ConfigError as exc:
-        err_console.print(f"[red]error[/red]: {exc}", markup=False)
+        err_console.print(f"error: {exc}", markup=False, soft_wrap=True)
         raise typer.Exit(ExitCode.ERROR) from None
     import uvicorn
 
@@ -78,7 +70,9 @@ def serve_command(
 
 
 def register(app: typer.Typer) -> None:
-    app.command("serve")(serve_command)
+    from harness.core.json_input import limits_help
+
+    app.command("serve", epilog=limits_help())(serve_command)
 
 
 __all__ = ["build_settings", "register", "serve_command"]

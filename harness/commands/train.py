@@ -16,7 +16,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from harness.commands.common import ExitCode, console, err_console, print_json
+from harness.commands.common import ExitCode, console, print_json, report_error
 from harness.core import metrics as M
 from harness.core.errors import CompactsimError
 
@@ -79,6 +79,9 @@ def train_command(
     if micro_batch_size is not None:
         overrides["train_micro_batch_size"] = micro_batch_size
     try:
+        from harness.commands.selection import check_selectors
+
+        check_selectors([scenario])
         run = load_run_config(
             scenario, seed=seed, steps=steps, device=device, dtype=dtype, async_mode=async_mode, server=server,
             save_rollouts=save_rollouts, wandb=wandb, trainer_overrides={"policy": overrides} if overrides else {},
@@ -87,8 +90,7 @@ def train_command(
         show = None if json_output else (lambda record: console.print(format_step(record), markup=False))
         summary = run_training(run, out, backend=chosen, on_step=show)
     except CompactsimError as exc:
-        err_console.print(f"[red]error[/red]: {exc}", markup=True)
-        raise typer.Exit(ExitCode.ERROR) from None
+        raise typer.Exit(report_error(exc, as_json=json_output)) from None
     if json_output:
         print_json({**summary.to_json(), "out": summary.out, "seconds": summary.seconds})
     else:
@@ -97,7 +99,9 @@ def train_command(
 
 
 def register(app: typer.Typer) -> None:
-    app.command("train")(train_command)
+    from harness.core.json_input import limits_help
+
+    app.command("train", epilog=limits_help())(train_command)
 
 
 __all__ = ["format_step", "format_summary", "register", "train_command"]

@@ -6,7 +6,9 @@
 
 The audit is `compactsim run`'s, row order independent. Exit 0 when every golden scenario
 matches, 1 on findings (each printed with scenario, step, rollout, row, token position, expected
-and actual), 2 on a malformed dump (the line and field are named) or unusable goldens.
+and actual), 2 on a malformed dump (the line and field are named; an empty dump is malformed) or
+unusable goldens. `--strict` makes every omitted optional field a finding; `--junit-xml` and
+`--markdown` write CI reports.
 """
 
 from __future__ import annotations
@@ -17,8 +19,10 @@ from typing import Annotated, Any
 import typer
 from rich.markup import escape
 
+from harness.commands.ci_outputs import write_ci_outputs
 from harness.commands.common import ExitCode, console, err_console, print_json, report_error
 from harness.core.errors import CompactsimError, ConfigError
+from harness.core.json_input import limits_help
 
 DTYPES = ("float64", "float32", "bfloat16")
 
@@ -64,21 +68,30 @@ def verify_command(
     scenario: Annotated[list[str] | None, typer.Option("--scenario", "-s", help="audit only this golden scenario (repeatable)")] = None,
     dtype: Annotated[str | None, typer.Option(help="float tolerances: float64, float32 or bfloat16 (default: the goldens' trainer precision)")] = None,
     json_output: Annotated[bool, typer.Option("--json", help="print the verdicts as JSON")] = False,
+    strict: Annotated[bool, typer.Option("--strict", help="an optional field the dump leaves out is a finding, "
+                                                          "not a 'not checked' note")] = False,
+    junit_xml: Annotated[Path | None, typer.Option("--junit-xml", help="also write JUnit XML: one test case per "
+                                                                       "golden scenario")] = None,
+    markdown: Annotated[Path | None, typer.Option("--markdown", help="also write a Markdown summary (appended to "
+                                                                      "$GITHUB_STEP_SUMMARY too when that is set)")] = None,
 ) -> None:
     """Audit a trainer's rows dump (and metrics) against golden files; exit 0 match, 1 findings, 2 malformed input."""
     from harness.audit.checks import Tolerances
     from harness.golden.reader import read_golden
     from harness.golden.rows_dump import RowsDumpError, read_metrics_dump, read_rows_dump
     from harness.golden.verify import verify_dump
+    from harness.report.junit import cases_from_verify
 
     try:
         if dtype is not None and dtype not in DTYPES:
             raise ConfigError("invalid_argument", f"--dtype {dtype}: expected one of {', '.join(DTYPES)}")
-        golden = read_golden(golden_dir, scenario or None)
-        dump = read_rows_dump(rows_dump)
+        dump = read_rows_dump(rows_dump)  # the trainer's input first: its problems do not depend on the goldens
         metrics_dump = read_metrics_dump(metrics) if metrics is not None else None
+        golden = read_golden(golden_dir, scenario or None)
         report = verify_dump(golden, dump, metrics_dump,
-                             tolerances=Tolerances.for_dtype(dtype) if dtype is not None else None)
+                             tolerances=Tolerances.for_dtype(dtype) if dtype is not None else None, strict=strict)
+        write_ci_outputs(cases_from_verify(report, format_finding), title="compactsim verify", suite="compactsim verify",
+                         junit_xml=junit_xml, markdown=markdown)
     except RowsDumpError as exc:
         if json_output:
             print_json(exc.to_json())
@@ -94,7 +107,7 @@ def verify_command(
             console.print("[red]" + escape(format_finding(finding, verdict)) + "[/red]", soft_wrap=True)
         if verdict.findings:
             console.print(f"  reproduce: {escape(verdict.reproduce)}", soft_wrap=True)
-        note = format_not_checked(verdict)
+        note = None if strict else format_not_checked(verdict)  # under --strict each omission is a finding
         if note is not None:
             err_console.print(f"[yellow]note[/yellow]: {escape(note)}", soft_wrap=True)
     matched = sum(1 for v in report.scenarios if v.passed)
@@ -108,7 +121,7 @@ def verify_command(
 
 
 def register(app: typer.Typer) -> None:
-    app.command("verify")(verify_command)
+    app.command("verify", epilog=limits_help())(verify_command)
 
 
 __all__ = ["format_finding", "format_not_checked", "register"]

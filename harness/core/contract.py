@@ -16,12 +16,33 @@ CONTRACT_KEYS: tuple[str, ...] = ("context_compaction_contract", "rollout_trace_
 #: The three fields that make an output item token-bearing; Gym requires all three together.
 TOKEN_FIELDS: tuple[str, ...] = ("prompt_token_ids", "generation_token_ids", "generation_log_probs")
 
+#: Integers beyond this magnitude are not exact in a float64, so they cannot be a logprob or a
+#: reward (and `float()` of a much larger one raises OverflowError instead of a typed error).
+FLOAT_EXACT_INT: int = 2**53
+#: Every other integer the pipeline reads fits int32 (ids, turns, counters, versions).
+INT32_LIMIT: int = 2**31
+
 #: vLLM token ids are vocabulary indices: non-negative and within int32.
-TokenId = Annotated[StrictInt, Field(ge=0, lt=2**31)]
-#: Logprobs must be finite numbers (NaN/inf would poison the loss silently).
-Number = Annotated[StrictFloat, Field(allow_inf_nan=False)] | StrictInt
-RouteId = Annotated[StrictInt, Field(ge=-1, lt=2**31)]
+TokenId = Annotated[StrictInt, Field(ge=0, lt=INT32_LIMIT)]
+#: Logprobs must be finite numbers (NaN/inf would poison the loss silently); the sign (<= 0) is a
+#: contract rule checked by the planner (`logprob_out_of_range`), not a parse error.
+Number = Annotated[StrictFloat, Field(allow_inf_nan=False)] | Annotated[
+    StrictInt, Field(ge=-FLOAT_EXACT_INT, le=FLOAT_EXACT_INT)
+]
+#: Rewards: finite and within +-2^53, so group means and variances stay finite in float64.
+Reward = Annotated[StrictFloat, Field(allow_inf_nan=False, ge=-FLOAT_EXACT_INT, le=FLOAT_EXACT_INT)] | Annotated[
+    StrictInt, Field(ge=-FLOAT_EXACT_INT, le=FLOAT_EXACT_INT)
+]
+RouteId = Annotated[StrictInt, Field(ge=-1, lt=INT32_LIMIT)]
 RoutedExperts = StrictStr | list[list[list[RouteId]]]
+#: Counters and versions: non-negative int32.
+Count = Annotated[StrictInt, Field(ge=0, lt=INT32_LIMIT)]
+#: Agent steps are 1-based.
+TurnId = Annotated[StrictInt, Field(ge=1, lt=INT32_LIMIT)]
+#: A step reference on a boundary event; any int32 (a wrong one is `orphan_compaction_event`, not a parse error).
+StepRef = Annotated[StrictInt, Field(gt=-INT32_LIMIT, lt=INT32_LIMIT)]
+#: An image side in pixels.
+Dimension = Annotated[StrictInt, Field(ge=1, lt=INT32_LIMIT)]
 
 
 class _Tolerant(BaseModel):
@@ -38,7 +59,7 @@ class TokenFields(_Tolerant):
     generation_log_probs: list[Number]
     routed_experts: RoutedExperts | None = None
     #: compactsim extension: the policy version that generated this call (mock server reports it).
-    policy_version: StrictInt | None = None
+    policy_version: Count | None = None
 
 
 class OutputItem(_Tolerant):
@@ -66,13 +87,13 @@ class GenerationContract(_Tolerant):
 class RolloutContract(_Tolerant):
     """The contract object under `context_compaction_contract` (schema 2/3) or `rollout_trace_contract`."""
 
-    schema_version: StrictInt | None = None
+    schema_version: Count | None = None
     mode: StrictStr | None = None
     rollout_id: StrictStr
     group_id: StrictStr | None = None
     task_id: StrictStr | None = None
-    rollout_index: StrictInt | None = Field(default=None, ge=0)
-    attempt_index: StrictInt | None = Field(default=None, ge=0)
+    rollout_index: Count | None = None
+    attempt_index: Count | None = None
     generation_contract: GenerationContract | None = None
 
 
@@ -80,14 +101,14 @@ class CallRecord(_Tolerant):
     """Fields shared by `ModelCallMetadata` (transport) and `ObservedCompletion` (full)."""
 
     rollout_id: StrictStr
-    turn_id: StrictInt = Field(ge=1)
-    context_epoch: StrictInt = Field(default=0, ge=0)
-    segment_index: StrictInt = Field(default=0, ge=0)
+    turn_id: TurnId
+    context_epoch: Count = 0
+    segment_index: Count = 0
     expected_append_compatible: StrictBool
     compaction_event_id: StrictStr | None = None
     finish_reason: StrictStr | None = None
     media_ids: list[StrictStr] = Field(default_factory=list)
-    policy_version: StrictInt | None = None
+    policy_version: Count | None = None
 
 
 class ModelCallMetadata(CallRecord):
@@ -108,11 +129,11 @@ class BoundaryEventModel(_Tolerant):
     """`RewriteBoundaryEvent`, reduced to the fields the planner reads."""
 
     event_id: StrictStr
-    trigger_after_step: StrictInt
-    applies_to_step: StrictInt
+    trigger_after_step: StepRef
+    applies_to_step: StepRef
     reason: StrictStr = "history_policy_rewrite"
-    retained_media_count: StrictInt | None = None
-    removed_media_count: StrictInt | None = None
+    retained_media_count: Count | None = None
+    removed_media_count: Count | None = None
 
 
 class MediaAssetModel(_Tolerant):
@@ -121,7 +142,8 @@ class MediaAssetModel(_Tolerant):
     media_id: StrictStr
     content_digest: StrictStr | None = None
     source_part: dict[str, Any]
-    original_dimensions: list[StrictInt] | None = None
+    #: Gym's `[width, height]`, checked against the decoded pixels when the image is materialised.
+    original_dimensions: Annotated[list[Dimension], Field(min_length=2, max_length=2)] | None = None
     color_mode: StrictStr | None = None
     source_format: StrictStr | None = None
 
@@ -146,12 +168,14 @@ class RunResult(_Tolerant):
     """Gym's `/run` verify result wrapping the response (the way a trainer receives it)."""
 
     response: GymResponse
-    reward: Number | None = None
+    reward: Reward | None = None
     instance_config: InstanceConfig | None = None
 
 
 __all__ = [
     "CONTRACT_KEYS",
+    "FLOAT_EXACT_INT",
+    "INT32_LIMIT",
     "TOKEN_FIELDS",
     "BoundaryEventModel",
     "CallRecord",

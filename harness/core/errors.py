@@ -40,11 +40,19 @@ ContractCode = Literal[
     "inconsistent_routed_expert_shapes",
     "media_decode",
     "oversized_group",
+    "logprob_out_of_range",
+    "routed_expert_id_out_of_range",
+    "media_digest_mismatch",
+    "media_asset_key_mismatch",
+    "media_dimensions_mismatch",
+    "missing_routed_experts",
+    "sequence_too_long",
 ]
 
 #: Every contract code with the situations that usually produce it.
 CONTRACT_CODES: dict[str, str] = {
-    "malformed_payload": "JSON that is not a Gym result: wrong types, missing required fields, bad JSON.",
+    "malformed_payload": "JSON that is not a Gym result: wrong types, missing required fields, bad JSON, numbers "
+    "outside their field's range (non-finite, or integers too large to be exact floats), nesting past the cap.",
     "unsupported_contract": "A contract key or schema_version/mode this consumer does not know.",
     "undeclared_discontinuity": "A prompt that does not extend the previous context and no boundary declares it "
     "(token merging/retokenization, truncated history, stripped reasoning).",
@@ -61,7 +69,8 @@ CONTRACT_CODES: dict[str, str] = {
     "metadata_count_mismatch": "model_call_metadata count differs from the number of token-bearing output items.",
     "turn_order": "turn_id values are not 1, 2, 3, ... in output order.",
     "rollout_id_mismatch": "A record's rollout_id differs from the contract's rollout_id.",
-    "routed_experts_shape": "routed_experts is not [prompt+sampled (+1 surplus), layers, topk].",
+    "routed_experts_shape": "routed_experts is not [prompt+sampled (+1 surplus), layers, topk] with layers, topk >= 1, "
+    "or its nrlre1 envelope has non-positive or oversized dimensions or a byte length that does not match them.",
     "duplicate_logical_rollout_id": "Two results in one batch share a logical rollout id.",
     "duplicate_physical_trace_id": "Two physical rows in one batch share a physical trace id.",
     "incomplete_group": "A group has fewer rollouts than num_generations_per_prompt.",
@@ -72,6 +81,21 @@ CONTRACT_CODES: dict[str, str] = {
     "media_decode": "A media asset's source_part cannot be decoded into pixels.",
     "oversized_group": "A group has more rollouts than num_generations_per_prompt (two tasks share a group id, "
     "or one rollout was submitted twice under different ids).",
+    "logprob_out_of_range": "A generation logprob above 0 (a probability above 1): the producer wrote "
+    "probabilities, scores or a sign-flipped value where vLLM's log-probabilities belong.",
+    "routed_expert_id_out_of_range": "A routed expert id below -1 (the only negative id, the missing-route "
+    "sentinel): a corrupted route envelope or a producer using another sentinel.",
+    "media_digest_mismatch": "A media asset's content_digest (or its content-addressed media-<24 hex> id) does not "
+    "recompute from its source_part: the image was replaced after Gym registered it.",
+    "media_asset_key_mismatch": "A media_assets key differs from the asset's own media_id (an asset filed under "
+    "another image's id, or a key rewritten without the asset).",
+    "media_dimensions_mismatch": "An asset's original_dimensions differ from the width x height of its decoded "
+    "pixels (an image swapped for one of another size).",
+    "missing_routed_experts": "policy.router_replay_enabled is on but the batch carries no routed experts (the model "
+    "server was not started with route capture, or the evidence lost them): NeMo-RL's require_routed_experts refuses "
+    "the step rather than train without replay.",
+    "sequence_too_long": "A physical row is longer than policy.max_total_sequence_length: the trainer refuses it "
+    "rather than truncate what the policy saw (compact harder, or raise the cap).",
 }
 
 assert set(CONTRACT_CODES) == set(get_args(ContractCode)), "CONTRACT_CODES out of sync with ContractCode"

@@ -6,6 +6,9 @@ normalised into one `RolloutEvidence`; everything downstream reads only this.
 
 from __future__ import annotations
 
+import hashlib
+import json
+
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -99,8 +102,19 @@ class RolloutEvidence:
 
     @property
     def group_key(self) -> str:
-        """GRPO groups are keyed by task/group id, never by row; fall back to the rollout id."""
-        return self.group_id or self.task_id or self.rollout_id
+        """GRPO groups are keyed by task/group id, never by row.
+
+        A legacy result (no contract) names no group: NeMo-RL then groups by the token content of the
+        first-turn prompt (nemo-rl-semantics §3.2), so its key is ``prompt-`` + the first 16 hex digits of
+        sha256 over the first call's prompt ids written as JSON (``[1,2,3]``, no spaces). A contract result
+        without group or task id is its own group.
+        """
+        if self.group_id or self.task_id:
+            return str(self.group_id or self.task_id)
+        if not self.has_contract and self.calls:
+            ids = json.dumps(list(self.calls[0].prompt_token_ids), separators=(",", ":"))
+            return "prompt-" + hashlib.sha256(ids.encode("ascii")).hexdigest()[:16]
+        return self.rollout_id
 
     @property
     def num_sampled_tokens(self) -> int:

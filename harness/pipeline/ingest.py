@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
@@ -27,7 +28,7 @@ from harness.core.contract import (
     RunResult,
     TokenFields,
 )
-from harness.core.digests import canonical_digest, generation_evidence_digest
+from harness.core.digests import MAX_DIGEST_DEPTH, canonical_digest, generation_evidence_digest, nesting_depth
 from harness.core.errors import ContractError
 from harness.core.evidence import BoundaryEvent, MediaAsset, ModelCall, RolloutEvidence
 from harness.core.trace_plan import Violation
@@ -35,6 +36,10 @@ from harness.core.trace_plan import Violation
 #: NeMo-RL's routed-experts wire envelope: "nrlre1:<dtype>:<S>x<L>x<K>:<base64 LE bytes>".
 _ROUTES_MAGIC = "nrlre1"
 _ROUTES_DTYPES = {"int8": np.int8, "int16": np.int16, "int32": np.int32}
+#: One envelope dimension: ASCII decimal digits only (no sign, no spaces, no underscores).
+_ROUTE_DIM = re.compile(r"[0-9]{1,10}")
+#: Most route entries one call may carry (S x L x K): 128k tokens x 128 layers x 16 experts.
+MAX_ROUTE_ELEMENTS: int = 1 << 28
 #: OSWorld's exact_trace emitter adds these keys to its contract.
 _OSWORLD_CONTRACT_KEYS = ("identity_source", "trajectory_contract_id")
 #: Content-part types Gym registers as images (gym-contract §2.4).
@@ -83,9 +88,9 @@ def ingest_result(obj: object) -> Ingested:
     elif contract is not None:
         records = list(response.model_call_metadata or [])
     calls = _build_calls(token_items, records, rollout_id, flavour, violations)
-    media_assets = _declared_assets(response)
+    media_assets = _declared_assets(response, rollout_id)
     if contract is None:
-        calls, media_assets = _bin_legacy_media(calls, envelope, raw_response)
+        calls, media_assets = _bin_legacy_media(calls, envelope, raw_response, rollout_id)
 
     reward = None
     mask_sample = False
@@ -151,7 +156,7 @@ def _fallback_rollout_id(raw: Mapping[str, Any]) -> str:
 
 
 def _malformed(exc: ValidationError, rollout_id: str | None) -> ContractError:
-    first = exc.errors()[0]
+    first = _first_error(exc)
     path = _format_loc(first["loc"])
     more = f" (+{exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
     turn = _turn_from_loc(first["loc"])
@@ -163,12 +168,28 @@ def _malformed(exc: ValidationError, rollout_id: str | None) -> ContractError:
     )
 
 
+#: Pydantic names the branch of a union in the error location ("constrained-float", "str", ...).
+_UNION_TAG = re.compile(r"(constrained-)?(float|int|str|bool|none|list\[.*\]|dict\[.*\])")
+
+
+def _first_error(exc: ValidationError) -> Any:
+    """The first error; among the union branches tried at its location, a value error beats a type error.
+
+    A list of route ids with a -5 fails the `str` branch ("not a string") and the list branch
+    (`[0][0][0]` below -1); the second is the one a person can act on.
+    """
+    errors = exc.errors()
+    where = _format_loc(errors[0]["loc"])
+    inside = [e for e in errors if _format_loc(e["loc"]).startswith(where)]
+    return next((e for e in inside if not str(e["type"]).endswith("_type")), errors[0])
+
+
 def _format_loc(loc: tuple[Any, ...]) -> str:
     out = ""
     for part in loc:
         if isinstance(part, int):
             out += f"[{part}]"
-        else:
+        elif not _UNION_TAG.fullmatch(str(part)):
             out += ("." if out else "") + str(part)
     return out or "<root>"
 
@@ -184,7 +205,9 @@ def _find_contract(
     response: GymResponse, raw: Mapping[str, Any], rollout_hint: str | None
 ) -> tuple[str | None, RolloutContract | None]:
     present = [k for k in CONTRACT_KEYS if raw.get(k) is not None]
-    unknown = sorted(k for k in raw if k.endswith("_contract") and k not in CONTRACT_KEYS and raw[k] is not None)
+    unknown = sorted(
+        k for k in raw if isinstance(k, str) and k.endswith("_contract") and k not in CONTRACT_KEYS and raw[k] is not None
+    )
     if unknown and not present:
         raise ContractError(
             "unsupported_contract",
@@ -250,16 +273,28 @@ def _require(raw: Mapping[str, Any], field: str, rollout_id: str, why: str) -> N
 # media
 
 
-def _declared_assets(response: GymResponse) -> dict[str, MediaAsset]:
-    return {
-        key: MediaAsset(
+def _declared_assets(response: GymResponse, rollout_id: str) -> dict[str, MediaAsset]:
+    """`media_assets` as dataclasses, keyed as declared (the planner checks keys against ids)."""
+    assets: dict[str, MediaAsset] = {}
+    for key, a in sorted(response.media_assets.items()):
+        _check_depth(a.source_part, f"media_assets[{key[:60]!r}].source_part", rollout_id)
+        assets[key] = MediaAsset(
             media_id=a.media_id,
             content_digest=a.content_digest,
             source_part=dict(a.source_part),
             original_dimensions=tuple(a.original_dimensions) if a.original_dimensions else None,  # type: ignore[arg-type]
         )
-        for key, a in sorted(response.media_assets.items())
-    }
+    return assets
+
+
+def _check_depth(value: object, where: str, rollout_id: str | None) -> None:
+    """Untrusted values that get digested are bounded in depth first (no RecursionError later)."""
+    if nesting_depth(value) > MAX_DIGEST_DEPTH:
+        raise ContractError(
+            "malformed_payload",
+            rollout_id=rollout_id,
+            detail=f"{where}: nests deeper than {MAX_DIGEST_DEPTH} levels",
+        )
 
 
 def _image_parts(item: object) -> list[dict[str, Any]]:
@@ -272,7 +307,7 @@ def _image_parts(item: object) -> list[dict[str, Any]]:
 
 
 def _bin_legacy_media(
-    calls: list[ModelCall], envelope: Mapping[str, Any] | None, raw: Mapping[str, Any]
+    calls: list[ModelCall], envelope: Mapping[str, Any] | None, raw: Mapping[str, Any], rollout_id: str
 ) -> tuple[list[ModelCall], dict[str, MediaAsset]]:
     """Without a contract, images live in the items themselves (NeMo-RL's per-turn binning).
 
@@ -292,6 +327,7 @@ def _bin_legacy_media(
             per_call.append(tuple(seen))
             continue
         for part in _image_parts(item):
+            _check_depth(part, "an image part of the request or output items", rollout_id)
             digest = canonical_digest(part)
             media_id = "media-" + digest[:24]
             assets.setdefault(media_id, MediaAsset(media_id=media_id, content_digest=digest, source_part=part))
@@ -335,16 +371,18 @@ def _token_items(
         try:
             fields = TokenFields.model_validate(raw_item)
         except ValidationError as exc:
-            raise _malformed_item(exc, index, rollout_id) from None
+            raise _malformed_item(exc, index, len(items) + 1, rollout_id) from None
         items.append(_TokenItem(index, fields))
     return items
 
 
-def _malformed_item(exc: ValidationError, index: int, rollout_id: str) -> ContractError:
-    first = exc.errors()[0]
+def _malformed_item(exc: ValidationError, index: int, turn_id: int, rollout_id: str) -> ContractError:
+    """Gym binds the k-th token-bearing item to call k, so the item's ordinal is its turn."""
+    first = _first_error(exc)
     return ContractError(
         "malformed_payload",
         rollout_id=rollout_id,
+        turn_id=turn_id,
         detail=f"response.output[{index}].{_format_loc(first['loc'])}: {first['msg']}",
     )
 
@@ -356,15 +394,6 @@ def _build_calls(
     flavour: str,
     violations: list[Violation],
 ) -> list[ModelCall]:
-    if records is not None and len(records) != len(token_items):
-        violations.append(
-            Violation(
-                "metadata_count_mismatch",
-                None,
-                f"{len(records)} per-call records but {len(token_items)} token-bearing output items; "
-                "Gym binds them one to one in order",
-            )
-        )
     if records is None and not token_items:
         violations.append(
             Violation(
@@ -374,13 +403,10 @@ def _build_calls(
                 "nothing to train on (first prompt longer than max_model_len, or only reasoning/tool items?)",
             )
         )
-    n = len(token_items) if records is None else min(len(records), len(token_items))
     calls: list[ModelCall] = []
-    for i in range(n):
-        item = token_items[i]
+    for item, rec in _bind_records(token_items, records, violations):
         f = item.fields
-        rec = records[i] if records is not None else None
-        turn_id = rec.turn_id if rec is not None else i + 1
+        turn_id = rec.turn_id if rec is not None else len(calls) + 1
         routes = _decode_routes(f.routed_experts, rollout_id, turn_id, violations)
         declared_digest = getattr(rec, "generation_evidence_digest", None) if rec is not None else None
         if isinstance(rec, ObservedCompletion):
@@ -412,6 +438,100 @@ def _build_calls(
             )
         )
     return calls
+
+
+def _item_key(f: TokenFields) -> str:
+    return generation_evidence_digest(f.prompt_token_ids, f.generation_token_ids, f.generation_log_probs)
+
+
+def _record_key(rec: CallRecord) -> str | None:
+    """What binds a record to its item: the declared digest (transport) or the digest of its own arrays (full)."""
+    if isinstance(rec, ObservedCompletion):
+        return generation_evidence_digest(rec.prompt_token_ids, rec.sampled_token_ids, rec.sampled_logprobs)
+    return getattr(rec, "generation_evidence_digest", None)
+
+
+def _bind_records(
+    items: list[_TokenItem], records: list[CallRecord] | None, violations: list[Violation]
+) -> list[tuple[_TokenItem, CallRecord | None]]:
+    """Pair per-call records with token-bearing items.
+
+    Gym binds them one to one in order. When the counts differ, order alone cannot say which
+    call lost its evidence, so records are bound to items by their evidence digests (in order):
+    a record that binds to no item names the call whose token fields were lost
+    (`missing_token_evidence` at its turn); an item no record binds is `metadata_count_mismatch`
+    without a turn (the turn id was in the lost record), its position named in the detail.
+    """
+    if records is None:
+        return [(item, None) for item in items]
+    if len(records) == len(items):
+        return list(zip(items, records, strict=True))
+    counts = f"{len(records)} per-call records but {len(items)} token-bearing output items"
+    item_keys = [_item_key(it.fields) for it in items]
+    pairs: list[tuple[int, int]] = []  # (item index, record index)
+    next_item = 0
+    for r, rec in enumerate(records):
+        key = _record_key(rec)
+        match = next((i for i in range(next_item, len(items)) if key is not None and item_keys[i] == key), None)
+        if match is not None:
+            pairs.append((match, r))
+            next_item = match + 1
+    if not pairs:
+        violations.append(
+            Violation(
+                "metadata_count_mismatch",
+                None,
+                f"{counts}; Gym binds them one to one in order, and no record's evidence digest matches any item",
+            )
+        )
+        return [(items[i], records[i]) for i in range(min(len(items), len(records)))]
+    found: list[tuple[int, Violation]] = []
+    bound_records = {r for _, r in pairs}
+    already = {(v.code, v.turn_id) for v in violations}
+    for r, rec in enumerate(records):
+        if r in bound_records or ("missing_token_evidence", rec.turn_id) in already:
+            continue
+        found.append(
+            (
+                r,
+                Violation(
+                    "missing_token_evidence",
+                    rec.turn_id,
+                    f"turn {rec.turn_id}'s per-call record (#{r + 1}) binds to no token-bearing output item: its "
+                    f"evidence digest matches none of them, so this call's token fields were lost ({counts})",
+                ),
+            )
+        )
+    bound_items = {i: r for i, r in pairs}
+    for i, item in enumerate(items):
+        if i in bound_items:
+            continue
+        turn = _implied_turn(i, pairs, records)
+        implied = f"; by position it would be turn {turn}, whose record is missing" if turn is not None else ""
+        found.append(
+            (
+                i,
+                Violation(
+                    "metadata_count_mismatch",
+                    None,  # the turn id lived in the lost record: the evidence no longer determines it
+                    f"{counts}: output[{item.output_index}] (token-bearing item #{i + 1}) carries token evidence "
+                    f"that no per-call record binds by generation_evidence_digest{implied}",
+                ),
+            )
+        )
+    violations.extend(v for _, v in sorted(found, key=lambda rv: (rv[1].turn_id is None, rv[1].turn_id or 0, rv[0])))
+    return [(items[i], records[r]) for i, r in pairs]
+
+
+def _implied_turn(item_index: int, pairs: list[tuple[int, int]], records: list[CallRecord]) -> int | None:
+    """The turn an unbound item's position implies, counting from its nearest bound neighbour."""
+    before = [(i, r) for i, r in pairs if i < item_index]
+    if before:
+        i, r = before[-1]
+        return records[r].turn_id + (item_index - i)
+    i, r = pairs[0]
+    turn = records[r].turn_id - (i - item_index)
+    return turn if turn >= 1 else None
 
 
 def _check_digest(declared: str, f: TokenFields, turn_id: int, violations: list[Violation]) -> None:
@@ -470,6 +590,7 @@ def _decode_routes(raw: object, rollout_id: str, turn_id: int, violations: list[
 
 
 def _decode_route_envelope(text: str, turn_id: int, violations: list[Violation]) -> np.ndarray | None:
+    """Decode `nrlre1:<dtype>:SxLxK:<base64>`; every dimension, the size and the byte count are checked first."""
     parts = text.split(":", 3)
     if len(parts) != 4 or parts[0] != _ROUTES_MAGIC or parts[1] not in _ROUTES_DTYPES:
         violations.append(
@@ -480,15 +601,55 @@ def _decode_route_envelope(text: str, turn_id: int, violations: list[Violation])
             )
         )
         return None
-    try:
-        shape = tuple(int(x) for x in parts[2].split("x"))
-        data = base64.b64decode(parts[3], validate=True)
-    except (ValueError, binascii.Error):
-        violations.append(Violation("routed_experts_shape", turn_id, "routed_experts envelope has a bad shape or base64"))
+    dims = parts[2].split("x")
+    if len(dims) != 3 or not all(_ROUTE_DIM.fullmatch(d) for d in dims):
+        violations.append(
+            Violation(
+                "routed_experts_shape",
+                turn_id,
+                f"routed_experts envelope shape {parts[2][:48]!r} is not SxLxK with three positive decimal dimensions",
+            )
+        )
+        return None
+    shape = (int(dims[0]), int(dims[1]), int(dims[2]))
+    if min(shape) < 1:
+        violations.append(
+            Violation("routed_experts_shape", turn_id, f"routed_experts envelope shape {list(shape)} has a zero dimension")
+        )
+        return None
+    elements = shape[0] * shape[1] * shape[2]  # exact (Python ints never wrap)
+    if elements > MAX_ROUTE_ELEMENTS:
+        violations.append(
+            Violation(
+                "routed_experts_shape",
+                turn_id,
+                f"routed_experts envelope shape {list(shape)} has {elements} entries; the cap is {MAX_ROUTE_ELEMENTS}",
+            )
+        )
         return None
     dtype = np.dtype(_ROUTES_DTYPES[parts[1]]).newbyteorder("<")
-    expected = int(np.prod(shape)) * dtype.itemsize if shape else 0
-    if len(shape) != 3 or len(data) != expected:
+    expected = elements * dtype.itemsize
+    body = parts[3]
+    padding = len(body) - len(body.rstrip("=")) if body.endswith("=") else 0
+    if len(body) % 4 or padding > 2:
+        violations.append(Violation("routed_experts_shape", turn_id, "routed_experts envelope payload is not valid base64"))
+        return None
+    size = len(body) // 4 * 3 - padding  # the decoded byte count, known before decoding
+    if size != expected:
+        violations.append(
+            Violation(
+                "routed_experts_shape",
+                turn_id,
+                f"routed_experts envelope shape {list(shape)} needs {expected} bytes, got {size}",
+            )
+        )
+        return None
+    try:
+        data = base64.b64decode(body, validate=True)
+    except (ValueError, binascii.Error):
+        violations.append(Violation("routed_experts_shape", turn_id, "routed_experts envelope payload is not valid base64"))
+        return None
+    if len(data) != expected:
         violations.append(
             Violation(
                 "routed_experts_shape",
@@ -500,4 +661,4 @@ def _decode_route_envelope(text: str, turn_id: int, violations: list[Violation])
     return np.frombuffer(data, dtype=dtype).reshape(shape).astype(np.int64)
 
 
-__all__ = ["Ingested", "ingest_result", "normalize_result"]
+__all__ = ["MAX_ROUTE_ELEMENTS", "Ingested", "ingest_result", "normalize_result"]

@@ -7,6 +7,7 @@ only from the asset's inline `source_part` data URL (never a path or a network U
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -15,6 +16,11 @@ import torch
 from harness.core.errors import ContractError
 from harness.core.evidence import RolloutEvidence
 from harness.core.images import MAX_IMAGE_BYTES, MAX_IMAGE_PIXELS, decode_data_url
+
+
+#: Gym's content-addressed media id: "media-" + the first 24 hex digits of the content digest
+#: (gym-contract §2.4). Such an asset claims its content: digest, id and dimensions are checked.
+GYM_MEDIA_ID = re.compile(r"media-[0-9a-f]{24}")
 
 
 def source_url(source_part: Mapping[str, Any]) -> str | None:
@@ -45,9 +51,11 @@ class MediaResolver:
     ) -> tuple[torch.Tensor, ...]:
         """Pixels (3, H, W) float32 in [0, 1] for `media_ids`, in order, duplicates included.
 
-        Raises `ContractError("unknown_media_asset")` for an id absent from `media_assets` and
-        `ContractError("media_decode")` for an asset whose source part is not a decodable image;
-        both name the media id.
+        Raises `ContractError("unknown_media_asset")` for an id absent from `media_assets`,
+        `ContractError("media_decode")` for an asset whose source part is not a decodable image and
+        `ContractError("media_dimensions_mismatch")` when a content-addressed asset's decoded pixels
+        are not its declared `original_dimensions`; each names the media id. Opaque ids
+        (hand-written payloads) make no claim about their content, so only Gym's ids are held to it.
         """
         return tuple(self._one(evidence, media_id, turn_id) for media_id in media_ids)
 
@@ -69,17 +77,29 @@ class MediaResolver:
                 turn_id=turn_id,
                 detail=f"media id {media_id!r}: source_part has no image_url (keys {sorted(asset.source_part)})",
             )
-        cached = self._by_url.get(url)
-        if cached is not None:
-            return cached
-        try:
-            pixels = decode_data_url(url, max_bytes=self._max_bytes, max_pixels=self._max_pixels)
-        except ContractError as exc:
+        pixels = self._by_url.get(url)
+        if pixels is None:
+            try:
+                pixels = decode_data_url(url, max_bytes=self._max_bytes, max_pixels=self._max_pixels)
+            except ContractError as exc:
+                raise ContractError(
+                    "media_decode",
+                    rollout_id=evidence.rollout_id,
+                    turn_id=turn_id,
+                    detail=f"media id {media_id!r}: {exc.detail}",
+                ) from None
+            self._by_url[url] = pixels
+        declared = asset.original_dimensions
+        decoded = (int(pixels.shape[2]), int(pixels.shape[1]))  # (width, height) of (3, H, W)
+        if declared is not None and GYM_MEDIA_ID.fullmatch(media_id) and tuple(declared) != decoded:
             raise ContractError(
-                "media_decode", rollout_id=evidence.rollout_id, turn_id=turn_id, detail=f"media id {media_id!r}: {exc.detail}"
-            ) from None
-        self._by_url[url] = pixels
+                "media_dimensions_mismatch",
+                rollout_id=evidence.rollout_id,
+                turn_id=turn_id,
+                detail=f"media id {media_id!r}: original_dimensions {list(declared)} but the decoded image is "
+                f"{decoded[0]}x{decoded[1]} (width x height)",
+            )
         return pixels
 
 
-__all__ = ["MediaResolver", "source_url"]
+__all__ = ["GYM_MEDIA_ID", "MediaResolver", "source_url"]

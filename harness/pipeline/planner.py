@@ -14,10 +14,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from harness.core.digests import MAX_DIGEST_DEPTH, canonical_digest, nesting_depth
 from harness.core.errors import ContractError
-from harness.core.evidence import ModelCall, RolloutEvidence
+from harness.core.evidence import MediaAsset, ModelCall, RolloutEvidence
 from harness.core.trace_plan import PhysicalTrace, StartReason, TracePlan, Violation, physical_trace_id
 from harness.pipeline.ingest import UNKNOWN_ROLLOUT, ingest_result
+from harness.pipeline.media import GYM_MEDIA_ID
 
 #: Tokens shown on each side of the first mismatch in a discontinuity diagnostic.
 DIAGNOSTIC_WINDOW = 16
@@ -57,6 +59,7 @@ def plan_evidence(evidence: RolloutEvidence, found: Sequence[Violation] = ()) ->
     violations = list(found)
     calls = evidence.calls
     _check_calls(evidence, violations)
+    _check_media_assets(evidence, violations)
     starts = _segment(evidence, violations)
     _check_unreferenced_events(evidence, violations)
     traces = _build_traces(evidence.rollout_id, calls, starts)
@@ -90,6 +93,16 @@ def _check_calls(evidence: RolloutEvidence, out: list[Violation]) -> None:
                     turn,
                     f"generation_token_ids has {len(call.sampled_token_ids)} ids, "
                     f"generation_log_probs has {len(call.sampled_logprobs)}",
+                )
+            )
+        positive = next((j for j, lp in enumerate(call.sampled_logprobs) if lp > 0.0), None)
+        if positive is not None:
+            out.append(
+                Violation(
+                    "logprob_out_of_range",
+                    turn,
+                    f"generation_log_probs[{positive}]={call.sampled_logprobs[positive]!r}: a log-probability must be "
+                    "<= 0 (a probability above 1 is not a sampled token's logprob)",
                 )
             )
         if evidence.has_contract:
@@ -128,6 +141,27 @@ def _check_routes(call: ModelCall, shape: tuple[int, int] | None, out: list[Viol
     routes = call.routed_experts
     if routes is None:
         return shape
+    if routes.ndim != 3 or routes.shape[1] < 1 or routes.shape[2] < 1:
+        out.append(
+            Violation(
+                "routed_experts_shape",
+                call.turn_id,
+                f"routed_experts shape {list(routes.shape)}: every token needs at least one layer and one top-k "
+                "slot (a zero-width route cannot be replayed)",
+            )
+        )
+        return shape
+    if routes.size and int(routes.min()) < -1:
+        token, layer, slot = (int(x) for x in np.argwhere(routes < -1)[0])
+        out.append(
+            Violation(
+                "routed_expert_id_out_of_range",
+                call.turn_id,
+                f"routed_experts[{token}][{layer}][{slot}]={int(routes[token, layer, slot])}: expert ids are >= 0, "
+                "and -1 is the only missing-route sentinel",
+            )
+        )
+        return shape
     valid = call.num_tokens
     rows = routes.shape[0]
     if rows < valid or rows > valid + 1:
@@ -162,6 +196,52 @@ def _check_routes(call: ModelCall, shape: tuple[int, int] | None, out: list[Viol
         )
         return shape
     return this
+
+
+def _check_media_assets(evidence: RolloutEvidence, out: list[Violation]) -> None:
+    """Each asset is filed under its own id, and a content-addressed one still matches its content.
+
+    Gym's `media_id` is `"media-" + content_digest[:24]` and `content_digest` is the canonical
+    digest of the `source_part` that carries the pixels (gym-contract §2.4), so replacing the image
+    while keeping the id and digest is caught here. Opaque ids (not Gym's form) make no claim to
+    check. The turn named is the first call that shows the image.
+    """
+    if not evidence.has_contract:
+        return  # legacy ids are computed from the parts themselves
+    first_use: dict[str, int] = {}
+    for call in evidence.calls:
+        for media_id in call.media_ids:
+            first_use.setdefault(media_id, call.turn_id)
+    for key, asset in evidence.media_assets.items():
+        turn = first_use.get(key)
+        if asset.media_id != key:
+            out.append(
+                Violation(
+                    "media_asset_key_mismatch",
+                    turn,
+                    f"media_assets[{key[:60]!r}] holds the asset of media id {asset.media_id[:60]!r}",
+                )
+            )
+            continue
+        problem = _content_problem(asset)
+        if problem is not None:
+            out.append(Violation("media_digest_mismatch", turn, f"media asset {key[:60]!r}: {problem}"))
+
+
+def _content_problem(asset: MediaAsset) -> str | None:
+    if not GYM_MEDIA_ID.fullmatch(asset.media_id):
+        return None
+    if nesting_depth(asset.source_part) > MAX_DIGEST_DEPTH:
+        return f"source_part nests deeper than {MAX_DIGEST_DEPTH} levels"
+    actual = canonical_digest(asset.source_part)
+    if asset.content_digest is not None and asset.content_digest != actual:
+        return (
+            f"content_digest {asset.content_digest[:16]}... does not recompute from its source_part "
+            f"({actual[:16]}...): the image was replaced after it was registered"
+        )
+    if asset.media_id != "media-" + actual[:24]:
+        return f"the content-addressed id does not match its source_part (which digests to media-{actual[:24]})"
+    return None
 
 
 def _check_unreferenced_events(evidence: RolloutEvidence, out: list[Violation]) -> None:

@@ -1,63 +1,19 @@
-"""Assemble the mock model server: `create_app(settings)` -> FastAPI app (serve it on 127.0.0.1 only)."""
+"""Assemble the mock model server: `create_app(settings)` -> FastAPI app (serve it on 127.0.0.1 only).
+
+The HTTP boundary: a body over ``limits.max_body_bytes`` (``max_weights_bytes`` for `/weights`)
+gets 413 before any route reads it; the JSON routes check the other request limits and run the
+request pipeline off the serving loop (`mock_servers.model_server.limits`); a server bug answers
+a JSON 500 and keeps the connection (`mock_servers.limits.ErrorGuardMiddleware`).
+"""
 
 from __future__ import annotations
 
 from fastapi import FastAPI
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from mock_servers.limits import BodyLimitMiddleware, ErrorGuardMiddleware
 from mock_servers.model_server.routes import admin, chat, responses, tokenize
-from mock_servers.model_server.serialize import dumps
 from mock_servers.model_server.settings import ServerSettings
 from mock_servers.model_server.state import ServerState
-
-
-class _TooLarge(Exception):
-    pass
-
-
-class BodyLimitMiddleware:
-    """413 before the app sees a body over its cap (`/weights` has its own, larger cap)."""
-
-    def __init__(self, app: ASGIApp, *, max_body_bytes: int, max_weights_bytes: int) -> None:
-        self.app = app
-        self.max_body = max_body_bytes
-        self.max_weights = max_weights_bytes
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        cap = self.max_weights if scope.get("path") == "/weights" else self.max_body
-        for name, value in scope.get("headers", []):
-            if name == b"content-length":
-                try:
-                    if int(value) > cap:
-                        await self._reject(send, int(value), cap)
-                        return
-                except ValueError:
-                    pass
-        seen = 0
-
-        async def limited() -> Message:
-            nonlocal seen
-            msg = await receive()
-            if msg["type"] == "http.request":
-                seen += len(msg.get("body", b""))
-                if seen > cap:
-                    raise _TooLarge(seen)
-            return msg
-
-        try:
-            await self.app(scope, limited, send)
-        except _TooLarge:
-            await self._reject(send, seen, cap)
-
-    @staticmethod
-    async def _reject(send: Send, size: int, cap: int) -> None:
-        body = dumps({"detail": f"request body is {size} bytes; the limit is {cap}"})
-        await send({"type": "http.response.start", "status": 413,
-                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
-        await send({"type": "http.response.body", "body": body})
 
 
 def create_app(settings: ServerSettings | None = None) -> FastAPI:
@@ -68,7 +24,8 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
     for module in (chat, responses, tokenize, admin):
         app.include_router(module.router)
     app.add_middleware(BodyLimitMiddleware, max_body_bytes=settings.limits.max_body_bytes,
-                       max_weights_bytes=settings.limits.max_weights_bytes)
+                       path_caps={"/weights": ("max_weights_bytes", settings.limits.max_weights_bytes)})
+    app.add_middleware(ErrorGuardMiddleware)
     return app
 
 

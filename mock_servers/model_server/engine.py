@@ -21,14 +21,16 @@ never forwarded) is the placeholder ``arange(K)``.
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass, replace
-from typing import Any
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
 
 import numpy as np
 
 from harness.core import tokenizer as tok
 from harness.core.chat_template import ParsedCompletion, Rendered, parse_completion
-from harness.core.digests import bytes_digest
+from harness.core.digests import bytes_digest, canonical_digest
 from harness.core.errors import ConfigError, ContractError
 from mock_servers.model_server.sampling import placeholder_row, sample_text_token, scripted_logprobs, scripted_routes
 from mock_servers.model_server.settings import ScriptStep, ServerSettings
@@ -43,15 +45,179 @@ class RequestRejected(Exception):
         self.detail = detail
 
 
+KeySource = Literal["metadata", "derived"]
+#: Request-metadata hints a client may send; none is required (DESIGN §6b).
+HINT_KEYS: tuple[str, ...] = ("compactsim_rollout_id", "compactsim_turn", "compactsim_attempt")
+
+
 @dataclass(frozen=True, slots=True)
 class CallKey:
-    """Which scripted call a request is: from metadata, or derived from the request digest."""
+    """Which scripted call a request is: rollout, 1-based turn and 1-based attempt, and where each came from.
+
+    `from_metadata` says the rollout was named by ``metadata.compactsim_rollout_id``; otherwise it is
+    `task_rollout_key` of the conversation. Turn and attempt come from metadata hints when sent
+    (an override) and are otherwise derived by `CallTracker` from the requests of that rollout.
+    """
 
     rollout_id: str
     turn: int
     from_metadata: bool
-    #: 1-based attempt number; a retrying client sends ``compactsim_attempt`` (absent on the first try)
     attempt: int = 1
+    turn_source: KeySource = "metadata"
+    attempt_source: KeySource = "metadata"
+
+
+@dataclass(frozen=True, slots=True)
+class CallHints:
+    """The optional metadata hints of one request (None: not sent)."""
+
+    rollout_id: str | None = None
+    turn: int | None = None
+    attempt: int | None = None
+
+
+def _positive_int(md: Mapping[str, Any], name: str) -> int | None:
+    value = md.get(name)
+    if value is None:
+        return None
+    if isinstance(value, str) and value.isdigit():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise RequestRejected(422, f"metadata.{name}: expected an int >= 1 (or its decimal string), found {value!r}")
+    return value
+
+
+def read_hints(metadata: Any) -> CallHints:
+    """Validate the ``compactsim_*`` metadata hints (422 naming a malformed one); absent ones are None."""
+    md = metadata if isinstance(metadata, Mapping) else {}
+    rid = md.get("compactsim_rollout_id")
+    if rid is not None and (not isinstance(rid, str) or not rid):
+        raise RequestRejected(422, "metadata.compactsim_rollout_id: expected a non-empty string")
+    return CallHints(rollout_id=rid, turn=_positive_int(md, "compactsim_turn"), attempt=_positive_int(md, "compactsim_attempt"))
+
+
+def call_digest(body: Mapping[str, Any]) -> str:
+    """The digest that identifies a call across retries: the body without the ``compactsim_*`` hints.
+
+    A retry repeats the same body (Gym's client does, byte for byte); a hint-sending client that
+    numbers its attempts in metadata still produces the same call digest on every attempt.
+    """
+    md = body.get("metadata")
+    if isinstance(md, Mapping) and any(k in md for k in HINT_KEYS):
+        rest = {k: v for k, v in md.items() if k not in HINT_KEYS}
+        body = {k: v for k, v in body.items() if k != "metadata"}
+        if rest:
+            body["metadata"] = rest
+    return canonical_digest(body)
+
+
+def _conversation(body: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """Chat `messages` or Responses `input` as a list of items (a string input is one user message)."""
+    if isinstance(body.get("messages"), list):
+        items = body["messages"]
+    elif isinstance(body.get("input"), str):
+        items = [{"role": "user", "content": body["input"]}]
+    elif isinstance(body.get("input"), list):
+        items = body["input"]
+    else:
+        items = []
+    return [it for it in items if isinstance(it, Mapping)]
+
+
+def _text_of(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(str(p.get("text", "")) for p in content
+                         if isinstance(p, Mapping) and p.get("type") in ("text", "input_text", "output_text"))
+    return ""
+
+
+def _opening(body: Mapping[str, Any]) -> tuple[list[Mapping[str, Any]], bool]:
+    """(leading system/developer messages + the first user message, whether that is the whole conversation)."""
+    items = _conversation(body)
+    head: list[Mapping[str, Any]] = []
+    for i, it in enumerate(items):
+        role = it.get("role")
+        if it.get("type", "message") == "message" and role in ("system", "developer"):
+            head.append(it)
+            continue
+        if it.get("type", "message") == "message" and role == "user":
+            head.append(it)
+            return head, i == len(items) - 1
+        return head, False
+    return head, bool(head)
+
+
+def task_rollout_key(body: Mapping[str, Any]) -> str:
+    """The rollout a request without ``compactsim_rollout_id`` belongs to: ``task-<digest16>``.
+
+    The digest covers `instructions` and the *text* of the leading system/developer messages and
+    the first user message (the task). Compaction keeps the initial context (summaries insert
+    after it, recency protects its images by default, think-strip and truncation never touch it),
+    and image parts are left out, so every call of an episode maps to the same key. Rollouts of
+    one prompt share the key: without a rollout id the server cannot tell them apart.
+    """
+    head, _ = _opening(body)
+    texts = [str(body.get("instructions") or "")] + [f"{it.get('role')}:{_text_of(it.get('content'))}" for it in head]
+    return f"task-{canonical_digest(texts)[:16]}"
+
+
+def opens_episode(body: Mapping[str, Any]) -> bool:
+    """True when the conversation is only the opening (system messages + one user message): a turn-1 call."""
+    head, whole = _opening(body)
+    return whole and bool(head) and head[-1].get("role") == "user"
+
+
+@dataclass
+class _RolloutCalls:
+    turns: dict[str, int] = field(default_factory=dict)  # call digest -> turn
+    seen: Counter[tuple[str, int]] = field(default_factory=Counter)  # (call digest, turn) -> requests so far
+    turn: int = 0  # the turn of the rollout's latest call
+
+
+class CallTracker:
+    """Derives turn and attempt per rollout from the requests themselves (DESIGN §6b).
+
+    Rule, per rollout key: a call digest (`call_digest`) seen before is a retry of the turn it was
+    first seen at, and its attempt is how many times that digest has arrived for that turn. A new digest is the
+    next turn: 1 when the body is only the opening (`opens_episode`: a fresh episode, e.g. a rerun
+    of the rollout by another client), else the rollout's latest turn + 1. This never reads the
+    history's content, so compaction (dropped images, stripped reasoning, summaries that replace
+    whole turns, truncated tool output) cannot change it: each call of an episode sends a body it
+    has not sent before, because it carries at least the previous answer or an artifact replacing it.
+    Calls inside one rollout are sequential (each needs the previous answer), so the derivation
+    depends only on that rollout's own order, never on how rollouts interleave. Metadata hints
+    win when sent. State grows with the number of distinct calls (bounded by the requests served).
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._rollouts: dict[str, _RolloutCalls] = {}
+
+    def key(self, body: Mapping[str, Any], hints: CallHints, digest: str | None = None) -> CallKey:
+        """Assign this request its `CallKey`, recording it (call once per accepted generation request)."""
+        digest = digest or call_digest(body)
+        from_md = hints.rollout_id is not None
+        rid = hints.rollout_id if hints.rollout_id is not None else task_rollout_key(body)
+        with self._lock:
+            r = self._rollouts.setdefault(rid, _RolloutCalls())
+            if hints.turn is not None:
+                turn = hints.turn
+            elif digest in r.turns:
+                turn = r.turns[digest]
+            else:
+                turn = 1 if opens_episode(body) else r.turn + 1
+            r.turns.setdefault(digest, turn)
+            r.turn = turn
+            r.seen[(digest, turn)] += 1
+            attempt = r.seen[(digest, turn)]
+        return CallKey(
+            rollout_id=rid, turn=turn, from_metadata=from_md,
+            attempt=hints.attempt if hints.attempt is not None else attempt,
+            turn_source="metadata" if hints.turn is not None else "derived",
+            attempt_source="metadata" if hints.attempt is not None else "derived",
+        )
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -68,27 +234,6 @@ class Generation:
     policy_version: int
     key: CallKey
     media_ids: tuple[str, ...]
-
-
-def call_key(metadata: Any, request_digest: str) -> CallKey:
-    """Read ``compactsim_rollout_id`` / ``compactsim_turn`` from request metadata."""
-    md = metadata if isinstance(metadata, dict) else {}
-    rid = md.get("compactsim_rollout_id")
-    turn = md.get("compactsim_turn")
-    if rid is None:
-        return CallKey(rollout_id=f"req-{request_digest[:16]}", turn=0, from_metadata=False)
-    if not isinstance(rid, str) or not rid:
-        raise RequestRejected(422, "metadata.compactsim_rollout_id: expected a non-empty string")
-    if isinstance(turn, str) and turn.isdigit():
-        turn = int(turn)
-    if isinstance(turn, bool) or not isinstance(turn, int) or turn < 1:
-        raise RequestRejected(422, f"metadata.compactsim_turn: expected an int >= 1 (or its decimal string), found {turn!r}")
-    attempt = md.get("compactsim_attempt", 1)
-    if isinstance(attempt, str) and attempt.isdigit():
-        attempt = int(attempt)
-    if isinstance(attempt, bool) or not isinstance(attempt, int) or attempt < 1:
-        raise RequestRejected(422, f"metadata.compactsim_attempt: expected an int >= 1 (or its decimal string), found {attempt!r}")
-    return CallKey(rollout_id=rid, turn=turn, from_metadata=True, attempt=attempt)
 
 
 def default_step(settings: ServerSettings, request_digest: str) -> ScriptStep:
@@ -182,7 +327,7 @@ class Engine:
 
     def step_for(self, key: CallKey, request_digest: str) -> ScriptStep:
         steps = self.settings.script.get(key.rollout_id, ())
-        if key.from_metadata and 1 <= key.turn <= len(steps):
+        if 1 <= key.turn <= len(steps):
             return steps[key.turn - 1]
         return default_step(self.settings, request_digest)
 
@@ -248,7 +393,7 @@ class Engine:
     def _scripted(self, prompt: Rendered, ids: list[int], step: ScriptStep, key: CallKey, top_n: int) -> dict[str, Any]:
         s = self.settings
         p, g = len(prompt.token_ids), len(ids)
-        if step.logprobs is not None and key.from_metadata:
+        if step.logprobs is not None:
             lps = [float(x) for x in step.logprobs[:g]]
         else:
             lps = scripted_logprobs(s.seed, key.rollout_id, key.turn, np.arange(p, p + g)).tolist()
@@ -330,4 +475,20 @@ def apply_content_faults(gen: Generation, kinds: frozenset[str]) -> Generation:
     return gen
 
 
-__all__ = ["CallKey", "Engine", "Generation", "RequestRejected", "apply_content_faults", "call_key", "check_prefix", "default_step"]
+__all__ = [
+    "HINT_KEYS",
+    "CallHints",
+    "CallKey",
+    "CallTracker",
+    "Engine",
+    "Generation",
+    "KeySource",
+    "RequestRejected",
+    "apply_content_faults",
+    "call_digest",
+    "check_prefix",
+    "default_step",
+    "opens_episode",
+    "read_hints",
+    "task_rollout_key",
+]

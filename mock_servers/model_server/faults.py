@@ -1,9 +1,12 @@
 """Which declared fault switches fire for a request, and the transport-level faults themselves.
 
-Selection is a pure function of (settings, request digest, endpoint, call key): a switch fires
-when its selectors match and a draw keyed by (seed, kind, index, request digest) is below its
-`probability`. Content faults (`missing_logprobs`, route rows, `finish_length`, ...) change the
-answer in `engine`; transport faults change how it is delivered (see `FaultKind` docs).
+Selection is a pure function of (settings, call digest, endpoint, call key): a switch fires when
+its selectors (rollout, turn, attempts, endpoint) match the call key, whether its values came
+from metadata hints or were derived from the request, and a draw keyed by (seed, kind, index,
+call digest, attempt) is below its `probability`. Keying on the attempt gives each retry of the
+identical body a fresh draw, so a probabilistic transient fault can be retried away. Content
+faults (`missing_logprobs`, route rows, `finish_length`, ...) change the answer in `engine`;
+transport faults change how it is delivered (see `FaultKind` docs).
 """
 
 from __future__ import annotations
@@ -39,8 +42,13 @@ class FaultPlan:
 NO_FAULTS = FaultPlan(content=frozenset(), transport=None, delay_s=0.0)
 
 
+def fault_draw(seed: int, *, kind: str, index: int, request_digest: str, attempt: int) -> float:
+    """The uniform draw deciding switch `index` for one attempt of one call."""
+    return uniform01(seed, "fault", kind=kind, index=index, request=request_digest, attempt=attempt)
+
+
 def select_faults(settings: ServerSettings, *, request_digest: str, endpoint: str, key: CallKey) -> FaultPlan:
-    """The switches of `settings.faults` that fire for this request."""
+    """The switches of `settings.faults` that fire for this request (`request_digest`: its call digest)."""
     if not settings.faults:
         return NO_FAULTS
     content: set[str] = set()
@@ -49,13 +57,14 @@ def select_faults(settings: ServerSettings, *, request_digest: str, endpoint: st
     for index, f in enumerate(settings.faults):
         if f.endpoint != "any" and f.endpoint != endpoint:
             continue
-        if f.rollout_id is not None and (not key.from_metadata or f.rollout_id != key.rollout_id):
+        if f.rollout_id is not None and f.rollout_id != key.rollout_id:
             continue
-        if f.turn is not None and (not key.from_metadata or f.turn != key.turn):
+        if f.turn is not None and f.turn != key.turn:
             continue
         if f.attempts is not None and key.attempt not in f.attempts:
             continue
-        if f.probability < 1.0 and uniform01(settings.seed, "fault", kind=f.kind, index=index, request=request_digest) >= f.probability:
+        if f.probability < 1.0 and fault_draw(settings.seed, kind=f.kind, index=index, request_digest=request_digest,
+                                               attempt=key.attempt) >= f.probability:
             continue
         if f.kind == "slow":
             delay += f.delay()
@@ -91,4 +100,4 @@ class DroppedConnectionResponse(Response):
         # returning with the response incomplete makes the ASGI server close the connection
 
 
-__all__ = ["NO_FAULTS", "DroppedConnectionResponse", "FaultPlan", "TruncatedJSONResponse", "select_faults"]
+__all__ = ["NO_FAULTS", "DroppedConnectionResponse", "FaultPlan", "TruncatedJSONResponse", "fault_draw", "select_faults"]

@@ -10,7 +10,11 @@ from pathlib import Path
 
 @dataclass(frozen=True, slots=True)
 class LogEntry:
-    """One answered request. `seq` is arrival order (a log, not an artifact: never digested)."""
+    """One answered request. `seq` is arrival order (a log, not an artifact: never digested).
+
+    `rollout_id`, `turn` and `attempt` are the server's call key for a generation request (from
+    metadata hints or derived from the request, see `engine.CallTracker`); `key_source` says which.
+    """
 
     seq: int
     endpoint: str
@@ -24,6 +28,8 @@ class LogEntry:
     prompt_tokens: int | None = None
     generated_tokens: int | None = None
     detail: str | None = None
+    attempt: int | None = None
+    key_source: str | None = None
 
 
 class RequestLog:

@@ -9,13 +9,20 @@ so their bytes are stable; their shapes are documented there.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 
 class _Lenient(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", allow_inf_nan=False)
+
+
+#: bounds shared by the generation bodies: finite, OpenAI's ranges; token counts fit an int32
+Temperature = Annotated[float, Field(ge=0.0, le=2.0, allow_inf_nan=False)]
+TopP = Annotated[float, Field(gt=0.0, le=1.0, allow_inf_nan=False)]
+TokenCount = Annotated[int, Field(ge=1, le=2**31 - 1)]
+TokenId = Annotated[int, Field(ge=0, le=2**31 - 1)]
 
 
 class ChatCompletionRequest(_Lenient):
@@ -23,16 +30,16 @@ class ChatCompletionRequest(_Lenient):
 
     model: str | None = None
     messages: list[dict[str, Any]] = Field(min_length=1)
-    max_tokens: int | None = Field(default=None, ge=1)
-    max_completion_tokens: int | None = Field(default=None, ge=1)
+    max_tokens: TokenCount | None = None
+    max_completion_tokens: TokenCount | None = None
     logprobs: bool = False
     top_logprobs: int | None = Field(default=None, ge=0, le=20)
     return_tokens_as_token_ids: bool = False
     return_token_ids: bool = False
-    required_prefix_token_ids: list[int] | None = None
+    required_prefix_token_ids: list[TokenId] | None = None
     metadata: dict[str, Any] | None = None
-    temperature: float | None = Field(default=None, ge=0.0)
-    top_p: float | None = Field(default=None, gt=0.0, le=1.0)
+    temperature: Temperature | None = None
+    top_p: TopP | None = None
     n: int = Field(default=1, ge=1, le=1)
     stream: bool = Field(default=False, description="streaming is not supported; must be false")
     tools: list[dict[str, Any]] | None = None
@@ -44,11 +51,11 @@ class ResponsesRequest(_Lenient):
     model: str | None = None
     input: str | list[dict[str, Any]]
     instructions: str | None = None
-    max_output_tokens: int | None = Field(default=None, ge=1)
-    required_prefix_token_ids: list[int] | None = None
+    max_output_tokens: TokenCount | None = None
+    required_prefix_token_ids: list[TokenId] | None = None
     metadata: dict[str, Any] | None = None
-    temperature: float | None = Field(default=None, ge=0.0)
-    top_p: float | None = Field(default=None, gt=0.0, le=1.0)
+    temperature: Temperature | None = None
+    top_p: TopP | None = None
     top_logprobs: int | None = Field(default=None, ge=0, le=20)
     stream: bool = Field(default=False, description="streaming is not supported; must be false")
     tools: list[dict[str, Any]] | None = None

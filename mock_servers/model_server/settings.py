@@ -22,7 +22,7 @@ Mode = Literal["scripted", "policy"]
 FaultKind = Literal[
     "http_500",  # answer 500 {"detail": "injected fault: http_500"}
     "http_503",  # answer 503 {"detail": "injected fault: http_503"}
-    "timeout",  # sleep delay_s (default 30 s) before answering: the client's read timeout fires first
+    "timeout",  # sleep delay_s (default 30 s) before answering; compactsim's clients time out by half the delay
     "slow",  # sleep delay_s (default 0.25 s), then answer normally
     "truncated_json",  # status 200, content-type JSON, body cut to half its bytes
     "drop_connection",  # send headers and half the body, then close the connection
@@ -126,7 +126,7 @@ class PolicySettings(_Strict):
 
 
 class Limits(_Strict):
-    """Caps that turn into 413 (sizes) or 422 (counts)."""
+    """Caps that turn into 413 (sizes) or 422 (counts); a refusal names the cap (`mock_servers.model_server.limits`)."""
 
     max_body_bytes: int = Field(default=16 * 1024 * 1024, ge=1024)
     max_image_bytes: int = Field(default=4 * 1024 * 1024, ge=64)
@@ -136,6 +136,12 @@ class Limits(_Strict):
     max_new_tokens: int = Field(default=4096, ge=1)
     max_weights_bytes: int = Field(default=256 * 1024 * 1024, ge=1024)
     max_log_entries: int = Field(default=100_000, ge=0)
+    #: JSON nesting levels of a request body (Gym's deepest bodies, tool schemas included, stay under 20)
+    max_json_depth: int = Field(default=64, ge=4, le=1000)
+    #: digits of any integer literal in a request (2**64 has 20; longer ones crash int() and digests)
+    max_int_digits: int = Field(default=20, ge=1, le=4000)
+    #: characters of a string value in `metadata` (OpenAI's cap)
+    max_metadata_value_chars: int = Field(default=512, ge=1)
 
 
 class ServerSettings(_Strict):

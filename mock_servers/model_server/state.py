@@ -1,8 +1,10 @@
 """Per-app server state and the request pipeline shared by the generation endpoints.
 
-parse body -> digest -> render -> call key -> media/prefix checks -> faults -> generate ->
-content faults -> serialise -> transport faults -> log. Every step but the last two is pure in
-(settings, body, policy version), so the same body always yields the same bytes.
+parse body -> digest -> render -> hints -> media/prefix checks -> call key -> faults -> generate ->
+content faults -> serialise -> transport faults -> log. The call key (rollout, turn, attempt) is
+derived from the request itself by a per-rollout `CallTracker` (metadata hints override it), so
+the answer is a function of (settings, body, that rollout's earlier calls, policy version): the
+same episode always yields the same bytes, whatever the client and however rollouts interleave.
 """
 
 from __future__ import annotations
@@ -20,7 +22,16 @@ from harness.core.chat_template import Rendered, render_chat, render_prompt
 from harness.core.digests import bytes_digest, canonical_digest
 from harness.core.errors import ConfigError
 from mock_servers.model_server import serialize
-from mock_servers.model_server.engine import Engine, RequestRejected, apply_content_faults, call_key, check_prefix
+from mock_servers.model_server.engine import (
+    CallKey,
+    CallTracker,
+    Engine,
+    RequestRejected,
+    apply_content_faults,
+    call_digest,
+    check_prefix,
+    read_hints,
+)
 from mock_servers.model_server.faults import NO_FAULTS, DroppedConnectionResponse, FaultPlan, TruncatedJSONResponse, select_faults
 from mock_servers.model_server.request_log import RequestLog
 from mock_servers.model_server.schemas import ChatCompletionRequest, ResponsesRequest, TokenizeRequest
@@ -37,11 +48,12 @@ def _validation_detail(exc: ValidationError) -> list[dict[str, Any]]:
 
 
 class ServerState:
-    """The engine, the request log and the handlers; one per app."""
+    """The engine, the call tracker, the request log and the handlers; one per app."""
 
     def __init__(self, settings: ServerSettings) -> None:
         self.settings = settings
         self.engine = Engine(settings)
+        self.calls = CallTracker()
         self.log = RequestLog(max_entries=settings.limits.max_log_entries, path=settings.request_log_path)
 
     # ------------------------------------------------------------------ parsing
@@ -107,10 +119,13 @@ class ServerState:
         try:
             obj, req, digest = self.parse(raw, model)
             rendered = self.render(req)
-            key = call_key(obj.get("metadata"), digest)
+            hints = read_hints(obj.get("metadata"))
             self.engine.check_media(rendered)
             check_prefix(rendered.token_ids, req.required_prefix_token_ids)  # type: ignore[attr-defined]
-            plan = select_faults(self.settings, request_digest=digest, endpoint=endpoint, key=key)
+            cdigest = call_digest(obj)
+            # only accepted requests count as calls: a rejected body is not an attempt of anything
+            key = self.calls.key(obj, hints, cdigest)
+            plan = select_faults(self.settings, request_digest=cdigest, endpoint=endpoint, key=key)
             if isinstance(req, ChatCompletionRequest):
                 max_tokens = req.max_completion_tokens or req.max_tokens
                 top_n = (req.top_logprobs or 0) if req.logprobs else 0
@@ -171,15 +186,25 @@ class ServerState:
                         policy_version=self.engine.policy_version, detail=detail if isinstance(detail, str) else json.dumps(detail))
         return resp
 
-    def _log_ok(self, endpoint: str, digest: str, payload: bytes, plan: FaultPlan, key, prompt_tokens, generated, *,
-                status: int = 200, version: int | None = None) -> None:
+    def _log_ok(self, endpoint: str, digest: str, payload: bytes, plan: FaultPlan, key: CallKey | None,
+                prompt_tokens: int | None, generated: int | None, *, status: int = 200, version: int | None = None) -> None:
         self.log.record(
             endpoint=endpoint, status=status, request_digest=digest, response_digest=bytes_digest(payload),
             policy_version=self.engine.policy_version if version is None else version,
-            rollout_id=key.rollout_id if key is not None and key.from_metadata else None,
-            turn=key.turn if key is not None and key.from_metadata else None,
+            rollout_id=key.rollout_id if key is not None else None,
+            turn=key.turn if key is not None else None,
             faults=plan.names, prompt_tokens=prompt_tokens, generated_tokens=generated,
+            attempt=key.attempt if key is not None else None,
+            key_source=_key_source(key),
         )
+
+
+def _key_source(key: CallKey | None) -> str | None:
+    """How the log entry's rollout/turn/attempt were learned, e.g. ``"rollout=metadata turn=derived attempt=derived"``."""
+    if key is None:
+        return None
+    rollout = "metadata" if key.from_metadata else "task"
+    return f"rollout={rollout} turn={key.turn_source} attempt={key.attempt_source}"
 
 
 class _Invalid(Exception):

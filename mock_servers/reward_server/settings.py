@@ -55,6 +55,10 @@ class RewardSettings(_Strict):
     #: rollout ids whose result carries ``instance_config.mask_sample = true``
     mask_sample_rollout_ids: frozenset[str] = frozenset()
     max_body_bytes: int = Field(default=64 * 1024 * 1024, ge=1024)
+    #: JSON nesting levels of a `/verify` body (a Gym response nests about 10 deep)
+    max_json_depth: int = Field(default=64, ge=4, le=1000)
+    #: digits of any integer literal in a `/verify` body
+    max_int_digits: int = Field(default=20, ge=1, le=4000)
 
 
 __all__ = ["RewardRule", "RewardSettings"]

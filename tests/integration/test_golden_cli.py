@@ -99,7 +99,7 @@ def test_verify_malformed_dump_exits_2_naming_line_and_field(exported, tmp_path:
     as_json = invoke("verify", str(golden), str(bad), "--json")
     assert as_json.exit_code == 2
     assert {k: v for k, v in json.loads(as_json.output).items() if k != "message"} == {
-        "error_code": "invalid_argument", "file": str(bad), "line": 2, "field": "input_ids[3]"}
+        "error_code": "invalid_argument", "file": str(bad), "line": 2, "column": None, "field": "input_ids[3]"}
 
 
 def test_verify_refuses_edited_goldens_and_non_golden_directories(exported, tmp_path: Path):

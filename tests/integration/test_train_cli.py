@@ -40,7 +40,7 @@ def test_train_command_prints_one_line_per_step_and_a_table(tmp_path):
 def test_train_command_rejects_an_unknown_scenario_with_exit_code_2(tmp_path):
     result = runner.invoke(app, ["train", "no-such-run", "--out", str(tmp_path)])
     assert result.exit_code == 2
-    assert "unknown training scenario 'no-such-run'" in result.stderr
+    assert "no scenario or tag 'no-such-run'" in result.stderr
 
 
 def test_train_command_rejects_a_backend_that_does_not_load(tmp_path):

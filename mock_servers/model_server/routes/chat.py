@@ -7,6 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Request
 from starlette.responses import Response
 
+from mock_servers.model_server.limits import handle
 from mock_servers.model_server.routes.deps import get_state
 from mock_servers.model_server.schemas import ChatCompletionRequest
 from mock_servers.model_server.state import ServerState
@@ -16,7 +17,7 @@ router = APIRouter(tags=["generation"])
 _ERRORS = {
     400: {"description": "required_prefix_token_ids is not a prefix of the rendered prompt"},
     413: {"description": "body or an image exceeds its size limit"},
-    422: {"description": "invalid body; the detail names the field"},
+    422: {"description": "invalid body (not JSON, bad field) or a request limit exceeded; the detail names the field and the limit"},
 }
 
 
@@ -27,7 +28,7 @@ _ERRORS = {
 )
 async def chat_completions(request: Request, state: Annotated[ServerState, Depends(get_state)]) -> Response:
     """One non-streaming chat completion; see `mock_servers.model_server.serialize` for the body."""
-    return await state.generate("chat", await request.body())
+    return await handle(state, "chat", await request.body())
 
 
 __all__ = ["router"]

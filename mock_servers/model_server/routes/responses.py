@@ -8,6 +8,7 @@ from fastapi import APIRouter, Depends, Request
 from starlette.responses import Response
 
 from mock_servers.model_server.routes.chat import _ERRORS
+from mock_servers.model_server.limits import handle
 from mock_servers.model_server.routes.deps import get_state
 from mock_servers.model_server.schemas import ResponsesRequest
 from mock_servers.model_server.state import ServerState
@@ -22,7 +23,7 @@ router = APIRouter(tags=["generation"])
 )
 async def responses(request: Request, state: Annotated[ServerState, Depends(get_state)]) -> Response:
     """One model call; output items `[reasoning?, message?, function_call*]`."""
-    return await state.generate("responses", await request.body())
+    return await handle(state, "responses", await request.body())
 
 
 __all__ = ["router"]

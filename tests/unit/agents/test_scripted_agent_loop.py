@@ -105,15 +105,27 @@ def _flaky_client(inner: httpx.Client, failures: int, status: int = 503) -> tupl
     return httpx.Client(transport=httpx.MockTransport(handler), base_url="http://test"), seen
 
 
-def test_transient_failures_are_retried_with_the_attempt_in_metadata(mock_model, spec_for):
+def test_transient_failures_are_retried_with_the_identical_body(mock_model, spec_for):
+    """As Gym's client does: the server tells the attempts apart by counting identical bodies."""
     spec = spec_for("identity", turns=2)
     with mock_model([spec]) as inner:
         client, seen = _flaky_client(inner, failures=2)
         record = ScriptedAgent(client, retry=RetryPolicy(max_attempts=3)).run(spec)
     assert record.failure is None
     assert [a.outcome for a in record.calls[0].attempts] == ["server_unavailable", "server_unavailable", "ok"]
+    assert seen[0] == seen[1] == seen[2]
+    assert seen[0]["metadata"] == seen[3]["metadata"] == {"compactsim_rollout_id": spec.rollout_id}
+    assert record.calls[0].request == seen[2]
+
+
+def test_turn_hints_are_optional_and_carry_the_attempt(mock_model, spec_for):
+    spec = spec_for("identity", turns=2)
+    with mock_model([spec]) as inner:
+        client, seen = _flaky_client(inner, failures=2)
+        record = ScriptedAgent(client, retry=RetryPolicy(max_attempts=3), send_turn_hints=True).run(spec)
+    assert record.failure is None
     assert [body["metadata"].get("compactsim_attempt") for body in seen[:3]] == [None, "2", "3"]
-    assert record.calls[0].request["metadata"]["compactsim_attempt"] == "3"
+    assert [body["metadata"]["compactsim_turn"] for body in seen] == ["1", "1", "1", "2"]
 
 
 def test_retries_back_off_exponentially_up_to_the_cap(mock_model, spec_for):

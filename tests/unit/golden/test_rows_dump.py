@@ -83,8 +83,9 @@ def test_rows_dump_error_line_is_read():
 
 def test_rows_dump_invalid_json_names_the_line():
     err = problem(row(), '{"scenario": "s", ')
-    assert (err.line, err.field, err.code) == (2, "<line>", "invalid_argument")
-    assert str(err).startswith("invalid_argument: dump.jsonl:2: field <line>: not valid JSON")
+    assert (err.line, err.column, err.field, err.code) == (2, 19, "$", "invalid_argument")
+    assert str(err) == ("invalid_argument: dump.jsonl:2:19: field $: not valid JSON: Expecting property name enclosed "
+                        "in double quotes")
 
 
 def test_rows_dump_line_that_is_not_an_object_is_refused():
@@ -164,15 +165,16 @@ def test_read_rows_dump_refuses_non_utf8_and_missing_files(tmp_path: Path):
     bad.write_bytes(b"\xff\xfe{}\n")
     with pytest.raises(RowsDumpError) as info:
         read_rows_dump(bad)
-    assert (info.value.line, info.value.field) == (1, "<line>")
-    with pytest.raises(ConfigError, match="cannot read rows dump"):
+    assert (info.value.line, info.value.column, info.value.field) == (1, 1, None)
+    assert info.value.problem == ("not UTF-8 text: invalid start byte (byte 0xff at offset 0); is this a binary file?")
+    with pytest.raises(ConfigError, match="file not found"):
         read_rows_dump(tmp_path / "absent.jsonl")
 
 
 def test_rows_dump_error_json_names_file_line_and_field():
     err = problem(row(advantages=...))
-    assert err.to_json() == {"error_code": "invalid_argument", "file": "dump.jsonl", "line": 1, "field": "advantages",
-                             "message": "is required but missing"}
+    assert err.to_json() == {"error_code": "invalid_argument", "file": "dump.jsonl", "line": 1, "column": None,
+                             "field": "advantages", "message": "is required but missing"}
 
 
 def test_metrics_dump_parses_values_and_non_finite_strings():

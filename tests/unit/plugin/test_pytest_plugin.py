@@ -157,3 +157,25 @@ def test_fixture_without_marker_needs_a_scenario(pytester: pytest.Pytester):
         """
     )
     pytester.runpytest_inprocess(*QUIET).assert_outcomes(passed=1)
+
+
+def test_compactsim_run_result_exposes_passed_findings_and_the_run(pytester: pytest.Pytester):
+    pytester.makepyfile(
+        f"""
+        from harness.pytest_plugin import ScenarioResult
+
+        def test_good(compactsim_run):
+            result = compactsim_run("explicit-logprobs", seed=1)
+            assert isinstance(result, ScenarioResult)
+            assert result.passed is True and result.findings == ()
+            assert result.reproduce == result.record.reproduce == "compactsim run explicit-logprobs --seed 1"
+            assert result.files is result.run.files and result.audit is result.run.audit
+
+        def test_broken(compactsim_run):
+            result = compactsim_run("explicit-logprobs", seed=1, backend="{BROKEN}")
+            assert result.passed is False
+            assert result.findings == result.record.findings and len(result.findings) > 0
+            assert repr(result).startswith("ScenarioResult('explicit-logprobs', seed=1, passed=False, findings=")
+        """
+    )
+    pytester.runpytest_inprocess(*QUIET).assert_outcomes(passed=2)

@@ -234,6 +234,7 @@ def test_request_log_records_request_and_response_digests(scripted_settings):
         "response_digest": hashlib.sha256(r.content).hexdigest(), "policy_version": 0, "rollout_id": "r1", "turn": 3,
         "faults": [], "prompt_tokens": len(body and ct.render_chat(body["messages"]).token_ids),
         "generated_tokens": len(r.json()["choices"][0]["token_ids"]), "detail": None,
+        "attempt": 1, "key_source": "rollout=metadata turn=metadata attempt=derived",
     }]
 
 

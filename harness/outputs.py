@@ -1,0 +1,219 @@
+"""A run's output folder is complete or visibly incomplete, never stale.
+
+Protocol (what `compactsim run` does; the README's "Output folder" section says the same):
+
+1. `prepare_output_dir` (before any scenario runs): a folder that looks like a compactsim output
+   (it has ``run-state.json``, or a ``summary.json`` whose format is ``compactsim-summary/…``) loses compactsim's
+   own entries (`OWNED`); an empty or new folder is created; a non-empty folder that does not
+   look like one is refused (exit 2) unless ``--force``, and then too only compactsim's own
+   entries are replaced. It then writes ``run-state.json`` = ``{"status": "running"}``. A
+   SIGTERM (or any exit before step 3) rewrites it to ``"interrupted"``; a SIGKILL leaves
+   ``"running"``. Either way there is no ``summary.json``: the old one went in this step.
+2. `write_outputs`: every file is written into a temporary sibling folder
+   (``.<name>.partial``) and renamed into place, ``summary.json`` last, so a ``summary.json``
+   in the folder always belongs to a set of files that was written completely.
+3. `finish_output_dir`: ``run-state.json`` = ``{"status": "complete", "passed": ...}``.
+
+Nothing here reads a clock: the state file's bytes depend only on how the run ended.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import shutil
+import signal
+import threading
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from harness.core.errors import ConfigError
+
+RUN_STATE = "run-state.json"
+RUN_STATE_FORMAT = "compactsim-run-state/1"
+#: Top-level entries a run writes; the only ones it ever deletes.
+OWNED: tuple[str, ...] = ("summary.json", "timings.json", "report.html", "scenarios", "wandb", RUN_STATE)
+#: `summary.json`'s "format" prefix (marks an output folder written before run-state.json existed)
+_SUMMARY_FORMAT_PREFIX = "compactsim-summary/"
+
+_active: dict[str, Any] = {}
+_active_lock = threading.Lock()
+
+
+def staging_dir(out: Path) -> Path:
+    """The temporary sibling `write_outputs` fills before renaming its entries into `out`."""
+    return out.parent / f".{out.name}.partial"
+
+
+def read_run_state(out: Path) -> dict[str, Any] | None:
+    """``run-state.json`` of `out` (None when absent or unreadable)."""
+    try:
+        data = json.loads((out / RUN_STATE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def looks_like_output(out: Path) -> bool:
+    """True for a folder a compactsim run wrote (now, or before run-state.json existed)."""
+    state = read_run_state(out)
+    if state is not None and state.get("format") == RUN_STATE_FORMAT:
+        return True
+    try:
+        summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(summary, dict) and str(summary.get("format", "")).startswith(_SUMMARY_FORMAT_PREFIX)
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    else:
+        path.unlink(missing_ok=True)
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    """Write `text` to a temporary name next to `path`, then rename it over `path`."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def write_run_state(out: Path, status: str, **extra: Any) -> None:
+    """Replace ``run-state.json`` atomically (sorted keys, no timestamps)."""
+    state = {"format": RUN_STATE_FORMAT, "status": status, **extra}
+    _write_atomic(out / RUN_STATE, json.dumps(state, sort_keys=True, indent=2) + "\n")
+
+
+def prepare_output_dir(out: Path, *, force: bool = False, handle_signals: bool = True) -> None:
+    """Clear compactsim's entries from `out` (or refuse a foreign non-empty folder) and mark the run running.
+
+    `handle_signals`: turn SIGTERM into `SystemExit(143)` (so ``finally`` blocks run) and mark
+    the run ``"interrupted"`` if the process exits before `finish_output_dir`.
+    """
+    if out.exists() and not out.is_dir():
+        raise ConfigError("invalid_argument", f"--out {out}: exists and is not a directory")
+    if out.is_dir():
+        entries = sorted(p.name for p in out.iterdir())
+        if entries and not looks_like_output(out) and not force:
+            shown = ", ".join(entries[:5]) + (", …" if len(entries) > 5 else "")
+            raise ConfigError(
+                "invalid_argument",
+                f"--out {out}: the folder is not empty ({shown}) and is not a compactsim output folder; "
+                f"choose a new or empty folder, or pass --force (only {', '.join(OWNED)} are replaced)")
+        for name in OWNED:
+            _remove(out / name)
+    _remove(staging_dir(out))
+    out.mkdir(parents=True, exist_ok=True)
+    write_run_state(out, "running")
+    if handle_signals:
+        _watch(out)
+
+
+def finish_output_dir(out: Path, *, passed: bool) -> None:
+    """Mark the run complete (after `write_outputs`) and stop watching for an early exit."""
+    write_run_state(out, "complete", passed=bool(passed))
+    _unwatch(out)
+
+
+def _watch(out: Path) -> None:
+    """Mark the run interrupted on SIGTERM or on any interpreter exit that comes before it finishes."""
+    key = str(out.resolve())
+
+    def at_exit() -> None:
+        _mark_interrupted(out, "the process exited before the run finished")
+
+    with _active_lock:
+        _unwatch_locked(key)
+        atexit.register(at_exit)
+        previous: Any = None
+        if threading.current_thread() is threading.main_thread():
+            previous = signal.getsignal(signal.SIGTERM)
+            signal.signal(signal.SIGTERM, _on_sigterm)
+        _active[key] = (at_exit, previous)
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    """SIGTERM unwinds the run like Ctrl-C does (servers close, ``finally`` blocks run); exit status 143."""
+    for key in list(_active):
+        _mark_interrupted(Path(key), "SIGTERM")
+    raise SystemExit(128 + signum)
+
+
+def _mark_interrupted(out: Path, reason: str) -> None:
+    """``running`` -> ``interrupted`` (best effort: the folder may be gone by now)."""
+    state = read_run_state(out)
+    if state is not None and state.get("status") == "running":
+        try:
+            write_run_state(out, "interrupted", reason=reason)
+        except OSError:
+            pass
+
+
+def _unwatch(out: Path) -> None:
+    with _active_lock:
+        _unwatch_locked(str(out.resolve()))
+
+
+def _unwatch_locked(key: str) -> None:
+    entry = _active.pop(key, None)
+    if entry is None:
+        return
+    at_exit, previous = entry
+    atexit.unregister(at_exit)
+    if previous is not None and not _active and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, previous)
+
+
+def write_outputs(out: Path, runs: Sequence[Any], suite: Any, *, total_seconds: float | None = None,
+                  executor: str = "local") -> dict[str, Path]:
+    """Write every scenario's files, `timings.json`, `report.html` and `summary.json` under `out`.
+
+    All files go to `staging_dir(out)` first; then the old `summary.json` is removed, the other
+    entries are renamed into place replacing the old ones (no stale scenario or step file stays
+    beside new ones), and `summary.json` is renamed last.
+    """
+    from harness.report.html import format_report_html
+    from harness.report.summary import format_summary_json, format_timings
+
+    stage = staging_dir(out)
+    _remove(stage)
+    stage.mkdir(parents=True)
+    for run in runs:
+        base = stage / "scenarios" / run.record.name
+        for rel, data in sorted(run.files.items()):
+            path = base / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(data)
+    (stage / "scenarios").mkdir(exist_ok=True)
+    writers: list[tuple[str, Callable[[], str]]] = [
+        ("timings.json", lambda: format_timings(suite, total_seconds=total_seconds, extra={"executor": executor})),
+        ("report.html", lambda: format_report_html(suite)),
+        ("summary.json", lambda: format_summary_json(suite)),
+    ]
+    for name, render in writers:
+        (stage / name).write_text(render(), encoding="utf-8")
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "summary.json").unlink(missing_ok=True)
+    for name in ("scenarios", "timings.json", "report.html", "summary.json"):
+        _remove(out / name)
+        os.replace(stage / name, out / name)
+    _remove(stage)
+    return {"summary": out / "summary.json", "timings": out / "timings.json", "report": out / "report.html"}
+
+
+__all__ = [
+    "OWNED",
+    "RUN_STATE",
+    "RUN_STATE_FORMAT",
+    "finish_output_dir",
+    "looks_like_output",
+    "prepare_output_dir",
+    "read_run_state",
+    "staging_dir",
+    "write_outputs",
+    "write_run_state",
+]

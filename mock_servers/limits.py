@@ -1,0 +1,335 @@
+"""Request-level limits shared by the mock servers, and the ASGI plumbing that keeps them honest.
+
+A client's bad input must get a typed 4xx JSON answer that names the limit and the field, never
+a 500, and never a dropped keep-alive connection:
+
+- `load_json` decodes a body under caps on nesting depth and integer size and refuses
+  non-finite numbers (``NaN``, ``Infinity``, ``1e999``) *before* any of it reaches pydantic,
+  the chat template or a digest (5,000-digit integers and 100k nested brackets used to crash
+  those with `ValueError` / `RecursionError`).
+- `BodyLimitMiddleware` answers 413 for a body over its cap after draining what the client
+  sends (bounded), so the client reads the answer instead of a reset and the connection stays
+  usable; `ErrorGuardMiddleware` turns a server bug into a JSON 500 without closing the
+  connection.
+- `run_off_loop` runs a handler coroutine (parsing, rendering, generation, serialisation) on a
+  worker thread with a private event loop, so `/health` and other requests stay responsive while
+  a large request is being worked on; cancelling the caller cancels the coroutine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import math
+import threading
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import anyio
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+T = TypeVar("T")
+_log = logging.getLogger("compactsim.mock_servers")
+
+
+class LimitExceeded(Exception):
+    """A request over a declared limit (or not representable): answered ``status`` with its JSON body.
+
+    `limit` is the settings name of the cap (``max_int_digits``, ...) or a fixed rule
+    (``finite_numbers``, ``json_syntax``); `field` is the dotted path of the offending value
+    (``metadata.compactsim_turn``, ``messages[0].content``) or ``body``.
+    """
+
+    def __init__(self, status: int, limit: str, field: str, detail: str) -> None:
+        super().__init__(detail)
+        self.status = status
+        self.limit = limit
+        self.field = field
+        self.detail = detail
+
+    def body(self) -> dict[str, Any]:
+        return {"detail": f"{self.field}: {self.detail}", "limit": self.limit, "field": self.field}
+
+
+@dataclass(frozen=True, slots=True)
+class JsonLimits:
+    """Caps applied while decoding a JSON body (defaults fit every vLLM / Gym body by a wide margin)."""
+
+    max_depth: int = 64
+    max_int_digits: int = 20
+
+
+class _BigInt:
+    """An integer literal with too many digits (kept as text: converting it is the expensive, crashing part)."""
+
+    __slots__ = ("digits",)
+
+    def __init__(self, text: str) -> None:
+        self.digits = len(text.lstrip("-"))
+
+
+class _NonFinite:
+    """A number that is not a finite float (``NaN``, ``Infinity``, or a literal that overflows)."""
+
+    __slots__ = ("text",)
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+
+def field_path(path: tuple[str | int, ...]) -> str:
+    """``("messages", 0, "content")`` -> ``messages[0].content`` (``body`` for the root)."""
+    out = ""
+    for part in path:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "body"
+
+
+def load_json(raw: bytes, limits: JsonLimits) -> Any:
+    """Decode `raw` under `limits`; `LimitExceeded` (422) on any problem, ``limit="json_syntax"`` for bad JSON."""
+    cap = limits.max_int_digits
+
+    def parse_int(text: str) -> int | _BigInt:
+        return _BigInt(text) if len(text) - text.startswith("-") > cap else int(text)
+
+    def parse_float(text: str) -> float | _NonFinite:
+        value = float(text)
+        return value if math.isfinite(value) else _NonFinite(text)
+
+    try:
+        obj = json.loads(raw, parse_int=parse_int, parse_float=parse_float, parse_constant=_NonFinite)
+    except RecursionError:
+        raise LimitExceeded(422, "max_json_depth", "body",
+                            f"JSON nesting is deeper than the limit of {limits.max_depth} levels") from None
+    except UnicodeDecodeError as exc:
+        raise LimitExceeded(422, "json_syntax", "body", f"body is not UTF-8 JSON: {exc.reason} at byte {exc.start}") from None
+    except json.JSONDecodeError as exc:
+        raise LimitExceeded(422, "json_syntax", "body", f"invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
+    check_tree(obj, limits)
+    return obj
+
+
+def check_tree(obj: Any, limits: JsonLimits) -> None:
+    """Walk a decoded body (iteratively: the walk itself must not recurse) and report the first problem."""
+    stack: list[tuple[Any, tuple[str | int, ...]]] = [(obj, ())]
+    while stack:
+        node, path = stack.pop()
+        if isinstance(node, dict):
+            for key in node:
+                _check_text(key, path)
+            children: Any = node.items()
+        elif isinstance(node, list):
+            children = enumerate(node)
+        else:
+            if isinstance(node, str):
+                _check_text(node, path)
+                continue
+            if isinstance(node, _BigInt):
+                raise LimitExceeded(422, "max_int_digits", field_path(path),
+                                    f"integer has {node.digits} digits; the limit is {limits.max_int_digits}")
+            if isinstance(node, _NonFinite):
+                raise LimitExceeded(422, "finite_numbers", field_path(path), f"{node.text} is not a finite number")
+            continue
+        if len(path) >= limits.max_depth:
+            raise LimitExceeded(422, "max_json_depth", field_path(path),
+                                f"JSON nesting is deeper than the limit of {limits.max_depth} levels")
+        # reversed, so the first problem in document order is the one reported
+        stack.extend((child, (*path, key)) for key, child in reversed(list(children)))
+
+
+def _check_text(text: str, path: tuple[str | int, ...]) -> None:
+    """JSON may spell a lone surrogate (``"\\ud800"``); it is not Unicode text and cannot be UTF-8 encoded
+    (digests, the tokenizer and the log all do), so it is refused here."""
+    if text.isascii():
+        return
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise LimitExceeded(422, "unicode_text", field_path(path),
+                            f"string holds an unpaired surrogate U+{ord(text[exc.start]):04X} at index {exc.start}; "
+                            "JSON strings must be valid Unicode") from None
+
+
+# ---------------------------------------------------------------------------------------------- ASGI
+
+
+def _json_bytes(obj: Any) -> bytes:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
+async def send_json(send: Send, status: int, obj: Any, *, close: bool = False) -> None:
+    """A complete JSON answer sent straight over ASGI (`close`: ask the client not to reuse the connection)."""
+    body = _json_bytes(obj)
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    if close:
+        headers.append((b"connection", b"close"))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+class _TooLarge(Exception):
+    def __init__(self, seen: int) -> None:
+        super().__init__(seen)
+        self.seen = seen
+
+
+class BodyLimitMiddleware:
+    """413 for a body over its cap (declared or streamed), naming the limit; per-path caps override.
+
+    The rest of an oversized body is read and discarded (up to `drain_factor` × the cap) before
+    answering, so the client gets the 413 rather than a reset while it is still writing, and the
+    keep-alive connection stays usable; past that bound the answer asks the client to close.
+    """
+
+    def __init__(self, app: ASGIApp, *, max_body_bytes: int, path_caps: dict[str, tuple[str, int]] | None = None,
+                 limit_name: str = "max_body_bytes", drain_factor: int = 4) -> None:
+        self.app = app
+        self.default = (limit_name, max_body_bytes)
+        self.path_caps = dict(path_caps or {})
+        self.drain_factor = drain_factor
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        name, cap = self.path_caps.get(scope.get("path", ""), self.default)
+        declared = _content_length(scope)
+        if declared is not None and declared > cap:
+            await self._reject(receive, send, name, cap, declared, seen=0, done=False)
+            return
+        seen = 0
+        done = False
+        started = False
+
+        async def limited() -> Message:
+            nonlocal seen, done
+            msg = await receive()
+            if msg["type"] == "http.request":
+                seen += len(msg.get("body", b""))
+                done = not msg.get("more_body", False)
+                if seen > cap:
+                    raise _TooLarge(seen)
+            return msg
+
+        async def tracking_send(msg: Message) -> None:
+            nonlocal started
+            if msg["type"] == "http.response.start":
+                started = True
+            await send(msg)
+
+        try:
+            await self.app(scope, limited, tracking_send)
+        except _TooLarge as exc:
+            if started:
+                raise
+            await self._reject(receive, send, name, cap, exc.seen, seen=exc.seen, done=done)
+
+    async def _reject(self, receive: Receive, send: Send, name: str, cap: int, size: int, *, seen: int, done: bool) -> None:
+        bound = cap * self.drain_factor
+        while not done and seen <= bound:
+            msg = await receive()
+            if msg["type"] != "http.request":
+                break
+            seen += len(msg.get("body", b""))
+            done = not msg.get("more_body", False)
+        detail = f"request body is {max(size, seen)} bytes; the limit is {cap}"
+        await send_json(send, 413, {"detail": detail, "limit": name, "field": "body"}, close=not done)
+
+
+def _content_length(scope: Scope) -> int | None:
+    for key, value in scope.get("headers", []):
+        if key == b"content-length":
+            return int(value) if value.isdigit() and len(value) <= 18 else None
+    return None
+
+
+class ErrorGuardMiddleware:
+    """A server bug answers a JSON 500 naming the exception type, and the connection stays open.
+
+    (Starlette's own handler re-raises, which makes the ASGI server close a keep-alive connection
+    under the client's next request.) The traceback goes to the ``compactsim.mock_servers`` logger.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def tracking_send(msg: Message) -> None:
+            nonlocal started
+            if msg["type"] == "http.response.start":
+                started = True
+            await send(msg)
+
+        try:
+            await self.app(scope, receive, tracking_send)
+        except Exception as exc:  # noqa: BLE001 - the point is to answer instead of dropping the connection
+            if started or _is_transport_signal(exc):
+                raise
+            _log.exception("unhandled error answering %s %s", scope.get("method"), scope.get("path"))
+            await send_json(send, 500, {"detail": f"internal error: {type(exc).__name__}", "limit": None, "field": None})
+
+
+def _is_transport_signal(exc: BaseException) -> bool:
+    """Exceptions that must reach the caller as they are (the in-process client's read timeout)."""
+    return type(exc).__module__.startswith("httpx")
+
+
+# ---------------------------------------------------------------------------------------------- threads
+
+
+async def run_off_loop(make: Callable[[], Awaitable[T]]) -> T:
+    """Await ``make()`` on a worker thread with its own event loop; cancelling the caller cancels it.
+
+    CPU-bound steps inside (JSON, rendering, generation, serialising) then never stall the
+    serving loop: `/health` answers while a large request is being worked on. The Python GIL is
+    still shared, so a single long C call can delay the loop by its own duration; the limits keep
+    those calls small.
+    """
+    lock = threading.Lock()
+    box: dict[str, Any] = {"cancelled": False, "loop": None, "task": None}
+
+    def worker() -> T:
+        loop = asyncio.new_event_loop()
+        try:
+            task = loop.create_task(make())  # type: ignore[arg-type]
+            with lock:
+                box["loop"], box["task"] = loop, task
+                if box["cancelled"]:
+                    task.cancel()
+            return loop.run_until_complete(task)
+        finally:
+            with lock:
+                box["loop"] = None
+            try:
+                loop.run_until_complete(loop.shutdown_asyncgens())
+            finally:
+                loop.close()
+
+    try:
+        return await anyio.to_thread.run_sync(worker, abandon_on_cancel=True)
+    except anyio.get_cancelled_exc_class():
+        with lock:
+            box["cancelled"] = True
+            if box["loop"] is not None and box["task"] is not None:
+                box["loop"].call_soon_threadsafe(box["task"].cancel)
+        raise
+
+
+__all__ = [
+    "BodyLimitMiddleware",
+    "ErrorGuardMiddleware",
+    "JsonLimits",
+    "LimitExceeded",
+    "check_tree",
+    "field_path",
+    "load_json",
+    "run_off_loop",
+    "send_json",
+]

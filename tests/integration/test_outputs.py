@@ -1,0 +1,248 @@
+"""A run's output folder is complete or visibly incomplete: never a stale summary, never stale files.
+
+The kill tests start `compactsim run` as a subprocess on a small scenario whose calls are slowed
+(a `slow` fault), wait until it has marked the folder running, then SIGTERM or SIGKILL it, over a
+folder that holds a previous complete, passing run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from harness.core.errors import ConfigError
+from harness.outputs import (
+    OWNED,
+    finish_output_dir,
+    looks_like_output,
+    prepare_output_dir,
+    read_run_state,
+    staging_dir,
+    write_outputs,
+)
+from harness.runner import RunOptions, gym_record, resolve_scenarios, run_suite, suite_record
+from harness.runner import write_outputs as runner_write_outputs
+
+pytestmark = pytest.mark.filterwarnings("ignore:Using `httpx` with `starlette.testclient`")
+
+COMPACTSIM = str(Path(sys.executable).parent / "compactsim")
+SLOW_SCENARIO = """\
+scenarios:
+  - name: slow-two-steps
+    purpose: "Two steps of two rollouts whose every call is delayed 0.2 s: a run that is still going when it is killed."
+    tags: [outputs]
+    steps: 2
+    script: {generate: {turns: 4}}
+    faults:
+      - {kind: slow, delay_s: 0.2}
+"""
+
+
+@pytest.fixture(scope="module")
+def finished():
+    """A real finished run of `no-compaction` (runs + suite record), written once per module."""
+    options = RunOptions()
+    selected = resolve_scenarios(["no-compaction"])
+    runs = run_suite(selected, options)
+    suite = suite_record(runs, options, [s.name for s in selected], gym=gym_record(runs))
+    assert suite.passed
+    return runs, suite
+
+
+def _previous_run(out: Path, finished, *, extra_steps: bool = True) -> None:
+    """Leave in `out` what a complete, passing earlier run leaves, with one more step and one more scenario."""
+    runs, suite = finished
+    old = runs[0]
+    files = dict(old.files)
+    if extra_steps:
+        files["artifacts/step-0099.json"] = b"{}"
+        files["results/step-0099.jsonl"] = b"\n"
+    stale_record = dataclasses.replace(old.record, name="old-scenario")
+    prepare_output_dir(out, handle_signals=False)
+    write_outputs(out, [dataclasses.replace(old, files=files), dataclasses.replace(old, record=stale_record)], suite)
+    finish_output_dir(out, passed=True)
+    assert json.loads((out / "summary.json").read_text())["passed"] is True
+
+
+def _tree(out: Path) -> list[str]:
+    return sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
+
+
+# ---------------------------------------------------------------------------------------------- the protocol
+
+
+def test_runner_reexports_write_outputs_under_the_same_name(tmp_path, finished):
+    runs, suite = finished
+    paths = runner_write_outputs(tmp_path / "out", runs, suite, total_seconds=1.0, executor="local")
+    assert paths == {"summary": tmp_path / "out" / "summary.json", "timings": tmp_path / "out" / "timings.json",
+                     "report": tmp_path / "out" / "report.html"}
+    assert not staging_dir(tmp_path / "out").exists()
+
+
+def test_a_new_run_replaces_every_entry_of_the_previous_one(tmp_path, finished):
+    out = tmp_path / "out"
+    _previous_run(out, finished)
+    (out / "wandb").mkdir()
+    (out / "notes.txt").write_text("mine")
+    assert "scenarios/old-scenario/run.json" in _tree(out)
+    prepare_output_dir(out, handle_signals=False)
+    assert _tree(out) == ["notes.txt", "run-state.json"]
+    assert read_run_state(out) == {"format": "compactsim-run-state/1", "status": "running"}
+    runs, suite = finished
+    write_outputs(out, runs, suite)
+    finish_output_dir(out, passed=suite.passed)
+    tree = _tree(out)
+    assert not [p for p in tree if "old-scenario" in p or "step-0099" in p]
+    assert {"summary.json", "timings.json", "report.html", "scenarios/no-compaction/run.json"} <= set(tree)
+    assert read_run_state(out) == {"format": "compactsim-run-state/1", "passed": True, "status": "complete"}
+
+
+def test_write_outputs_alone_never_leaves_stale_files_beside_new_ones(tmp_path, finished):
+    """Without the command's start hook (the Python API) the renames still replace whole entries."""
+    out = tmp_path / "out"
+    _previous_run(out, finished)
+    runs, suite = finished
+    write_outputs(out, runs, suite)
+    assert sorted(p.name for p in (out / "scenarios").iterdir()) == ["no-compaction"]
+    assert not (out / "scenarios/no-compaction/artifacts/step-0099.json").exists()
+
+
+def test_write_outputs_interrupted_before_the_summary_leaves_no_summary(tmp_path, finished, monkeypatch):
+    import harness.outputs as outputs
+
+    out = tmp_path / "out"
+    _previous_run(out, finished)
+    prepare_output_dir(out, handle_signals=False)
+    real_replace = os.replace
+
+    def replace(src, dst):
+        if Path(dst).name == "summary.json":
+            raise KeyboardInterrupt
+        real_replace(src, dst)
+
+    monkeypatch.setattr(outputs.os, "replace", replace)
+    runs, suite = finished
+    with pytest.raises(KeyboardInterrupt):
+        write_outputs(out, runs, suite)
+    assert not (out / "summary.json").exists()
+    assert (out / "scenarios/no-compaction/run.json").exists()
+    assert read_run_state(out)["status"] == "running"
+
+
+def test_write_outputs_removes_the_old_summary_before_moving_anything(tmp_path, finished, monkeypatch):
+    import harness.outputs as outputs
+
+    out = tmp_path / "out"
+    _previous_run(out, finished)
+    monkeypatch.setattr(outputs.os, "replace", lambda src, dst: (_ for _ in ()).throw(KeyboardInterrupt()))
+    runs, suite = finished
+    with pytest.raises(KeyboardInterrupt):
+        write_outputs(out, runs, suite)
+    assert not (out / "summary.json").exists()
+
+
+def test_a_foreign_non_empty_folder_is_refused_without_force(tmp_path):
+    out = tmp_path / "project"
+    (out / "scenarios").mkdir(parents=True)
+    (out / "scenarios" / "keep.yaml").write_text("x")
+    (out / "README.md").write_text("x")
+    with pytest.raises(ConfigError) as info:
+        prepare_output_dir(out, handle_signals=False)
+    assert info.value.code == "invalid_argument"
+    assert "not a compactsim output folder" in info.value.detail and "--force" in info.value.detail
+    assert _tree(out) == ["README.md", "scenarios/keep.yaml"]
+    prepare_output_dir(out, force=True, handle_signals=False)
+    assert _tree(out) == ["README.md", "run-state.json"]
+
+
+def test_an_output_folder_from_before_run_state_is_recognised_by_its_summary(tmp_path):
+    out = tmp_path / "old"
+    out.mkdir()
+    (out / "summary.json").write_text(json.dumps({"format": "compactsim-summary/1", "passed": True}))
+    (out / "scenarios" / "x").mkdir(parents=True)
+    assert looks_like_output(out)
+    prepare_output_dir(out, handle_signals=False)
+    assert _tree(out) == ["run-state.json"]
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "summary.json").write_text(json.dumps({"format": "someone-else"}))
+    assert not looks_like_output(tmp_path / "other")
+
+
+def test_an_out_path_that_is_a_file_is_refused(tmp_path):
+    (tmp_path / "f").write_text("x")
+    with pytest.raises(ConfigError, match="exists and is not a directory"):
+        prepare_output_dir(tmp_path / "f", handle_signals=False)
+
+
+def test_owned_entries_are_what_a_run_writes(tmp_path, finished):
+    out = tmp_path / "out"
+    _previous_run(out, finished, extra_steps=False)
+    assert {p.name for p in out.iterdir()} <= set(OWNED)
+
+
+# ---------------------------------------------------------------------------------------------- killed runs
+
+
+def _start_and_kill(tmp_path: Path, finished, sig: int) -> tuple[subprocess.Popen, Path]:
+    out = tmp_path / "out"
+    _previous_run(out, finished)
+    scenario = tmp_path / "slow.yaml"
+    scenario.write_text(SLOW_SCENARIO)
+    proc = subprocess.Popen([COMPACTSIM, "run", str(scenario), "--out", str(out), "--json"], cwd=tmp_path,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 60
+    while (read_run_state(out) or {}).get("status") != "running":
+        assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else ""
+        assert time.monotonic() < deadline, "the run never marked its folder running"
+        time.sleep(0.02)
+    time.sleep(1.0)  # mid-run: imports done or under way, no step can have finished writing outputs
+    assert proc.poll() is None, "the run finished before it could be killed"
+    proc.send_signal(sig)
+    proc.wait(timeout=60)
+    return proc, out
+
+
+def _assert_not_a_finished_run(out: Path) -> None:
+    tree = _tree(out)
+    assert "summary.json" not in tree
+    assert not [p for p in tree if "old-scenario" in p or "step-0099" in p or p.startswith("scenarios/")]
+    assert not staging_dir(out).exists() or not (staging_dir(out) / "summary.json").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_sigterm_mid_run_leaves_an_interrupted_folder_and_no_summary(tmp_path, finished):
+    proc, out = _start_and_kill(tmp_path, finished, signal.SIGTERM)
+    assert proc.returncode == 143
+    assert read_run_state(out) == {"format": "compactsim-run-state/1", "reason": "SIGTERM", "status": "interrupted"}
+    _assert_not_a_finished_run(out)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_sigkill_mid_run_leaves_a_running_folder_and_no_summary(tmp_path, finished):
+    proc, out = _start_and_kill(tmp_path, finished, signal.SIGKILL)
+    assert proc.returncode == -signal.SIGKILL
+    assert read_run_state(out) == {"format": "compactsim-run-state/1", "status": "running"}
+    _assert_not_a_finished_run(out)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_a_run_into_a_foreign_folder_exits_2_and_touches_nothing(tmp_path):
+    out = tmp_path / "src"
+    out.mkdir()
+    (out / "main.py").write_text("print('hi')")
+    proc = subprocess.run([COMPACTSIM, "run", "no-compaction", "--out", str(out)], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert "--force" in proc.stdout + proc.stderr
+    assert _tree(out) == ["main.py"]

@@ -1,0 +1,95 @@
+"""A fast CLI: `--help`, `list`, `show` and `schema` load neither torch, ray, fastapi nor matplotlib; --version; suggestions."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from typer.testing import CliRunner
+
+from harness.cli import app
+from harness.commands.selection import did_you_mean, suggestions
+
+runner = CliRunner()
+HEAVY = ("torch", "ray", "fastapi", "matplotlib")
+
+_PROBE = """
+import json, sys
+from typer.testing import CliRunner
+from harness.cli import app
+result = CliRunner().invoke(app, {argv!r})
+print(json.dumps({{"exit_code": result.exit_code, "loaded": [m for m in {heavy!r} if m in sys.modules]}}))
+"""
+
+
+def _probe(argv: list[str]) -> dict[str, object]:
+    """Build the app and run one command in a fresh interpreter; report the heavy modules it loaded."""
+    out = subprocess.run([sys.executable, "-c", _PROBE.format(argv=argv, heavy=HEAVY)], capture_output=True,
+                         text=True, check=True, timeout=120)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["--version"], ["schema"], ["schema", "rows-dump"], ["plan", "--help"],
+                                  ["run", "--help"], ["verify", "--help"]], ids=" ".join)
+def test_light_commands_load_no_heavy_module(argv: list[str]):
+    assert _probe(argv) == {"exit_code": 0, "loaded": []}
+
+
+def test_importing_the_cli_loads_no_heavy_module():
+    code = f"import sys, harness.cli; print([m for m in {HEAVY!r} if m in sys.modules])"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
+    assert out.stdout.strip() == "[]"
+
+
+@pytest.mark.xfail(strict=True, reason="loading the catalogue validates each scenario's trainer config, which imports "
+                                       "harness.pipeline.loss (torch), and scenarios.model imports "
+                                       "mock_servers.model_server, whose __init__ imports its FastAPI app: both "
+                                       "outside the CLI (see the report of issue 16 item 4)")
+@pytest.mark.parametrize("argv", [["list"], ["show", "no-compaction"]], ids=" ".join)
+def test_catalogue_commands_load_no_heavy_module(argv: list[str]):
+    assert _probe(argv) == {"exit_code": 0, "loaded": []}
+
+
+def test_version_prints_the_installed_version():
+    from importlib.metadata import version
+
+    result = runner.invoke(app, ["--version"])
+    assert (result.exit_code, result.stdout) == (0, f"compactsim {version('compactsim')}\n")
+
+
+def test_typo_in_a_scenario_name_suggests_the_catalogue_name():
+    assert suggestions("no-compacton", ["no-compaction", "image-compaction-k2-rolling", "smoke"]) == ["no-compaction"]
+    assert did_you_mean("no-compacton", ["no-compaction"]) == "; did you mean 'no-compaction'?"
+    assert did_you_mean("zzz", ["no-compaction"]) == ""
+    result = runner.invoke(app, ["run", "no-compacton"])
+    assert result.exit_code == 2
+    assert result.stderr.startswith("error: invalid_argument: no scenario or tag 'no-compacton'; did you mean "
+                                    "'no-compaction'")
+
+
+def test_typo_in_show_and_in_a_tag_suggests():
+    result = runner.invoke(app, ["show", "no-compacton"])
+    assert result.exit_code == 2
+    assert result.stderr.startswith("error: invalid_argument: unknown scenario 'no-compacton'; did you mean "
+                                    "'no-compaction'")
+    result = runner.invoke(app, ["list", "--tag", "compacton"])
+    assert (result.exit_code, result.stderr) == (2, "error: invalid_argument: no scenario or tag 'compacton'; did you "
+                                                    "mean 'compaction', 'no-compaction', 'summary-compaction' or "
+                                                    "'policy-no-compaction'?\n")
+
+
+@pytest.mark.parametrize("command", ["run", "export", "shrink", "train"])
+def test_missing_yaml_path_is_file_not_found(command: str, tmp_path):
+    argv = [command, "nope/missing.yaml"] + (["--out", str(tmp_path / "t")] if command == "train" else [])
+    result = runner.invoke(app, argv)
+    assert (result.exit_code, result.stderr) == (
+        2, "error: invalid_argument: nope/missing.yaml: file not found (a scenario YAML file)\n")
+
+
+def test_gym_check_cache_env_name_matches_the_venv_module():
+    from harness.commands.gym_check import CACHE_ENV
+    from harness.gym_check.venv import CACHE_ENV as REAL
+
+    assert CACHE_ENV == REAL

@@ -1,0 +1,72 @@
+"""`--steps N` rescales every step-count expectation, so a capped run of a passing scenario passes."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness.core.errors import ConfigError
+from harness.runner import RunOptions, prepare_scenario, run_scenario
+from scenarios.catalogue import default_catalogue
+from scenarios.metric_expectations import (
+    STEP_COUNT_METRICS,
+    evaluate,
+    is_step_count,
+    parse_metric_expectations,
+    parse_metric_key,
+    scale_step_counts,
+)
+
+CATALOGUE = default_catalogue().scenarios
+
+
+def test_scale_step_counts_rescales_sums_of_step_counts_only():
+    entries = {
+        "sum(physical_trace_training/optimizer_steps)": {"equals": 20},
+        "sum(train/scheduler_increments)": {"between": [19, 21], "min": 10},
+        "physical_trace_training/optimizer_steps": {"equals": 1},
+        "mean(token_mult_prob_error)": {"max_abs_dev": 1e-9, "reference": 1.0},
+        "sum(physical_trace_training/num_physical_rows)": {"equals": 160},
+    }
+    assert scale_step_counts(entries, 20, 6) == {
+        "sum(physical_trace_training/optimizer_steps)": {"equals": 6},
+        "sum(train/scheduler_increments)": {"between": [5.7, 6.3], "min": 3},
+        "physical_trace_training/optimizer_steps": {"equals": 1},
+        "mean(token_mult_prob_error)": {"max_abs_dev": 1e-9, "reference": 1.0},
+        "sum(physical_trace_training/num_physical_rows)": {"equals": 160},
+    }
+    assert scale_step_counts(entries, 20, 20) == entries
+    with pytest.raises(ConfigError, match="unknown check"):
+        scale_step_counts({"loss": {"about": 1}}, 2, 1)
+
+
+def test_prepare_scenario_scales_the_k2_reference_run_to_the_cap():
+    k2 = default_catalogue().get("pr-validation-image-compaction-k2")
+    assert k2.metrics["sum(physical_trace_training/optimizer_steps)"] == {"equals": 20}
+    capped = prepare_scenario(k2, RunOptions(max_steps=6))
+    assert (capped.steps, capped.metrics["sum(physical_trace_training/optimizer_steps)"]) == (6, {"equals": 6})
+    assert capped.metrics["physical_trace_training/optimizer_steps"] == {"equals": 1}
+    assert prepare_scenario(k2, RunOptions(max_steps=40)) is k2  # a cap above the scenario's steps changes nothing
+
+
+@pytest.mark.parametrize("scenario", CATALOGUE, ids=lambda s: s.name)
+def test_every_catalogue_scenario_capped_to_one_step_expects_one_step(scenario):
+    """Symbolically: a capped run reports one optimizer step and one scheduler increment per step; every
+    run-level step-count expectation of the prepared scenario must accept exactly that."""
+    try:
+        capped = prepare_scenario(scenario, RunOptions(max_steps=1))
+    except ConfigError as exc:  # a cap that cuts off the step a mutation targets is refused, by design
+        pytest.skip(f"cap refused: {exc}")
+    assert capped.steps == 1
+    sums = [k for k in capped.metrics if parse_metric_key(k)[1] == "sum"]
+    assert all(is_step_count(k) for k in sums), f"a run-level sum that cannot be rescaled: {sums}"
+    expectations = [e for e in parse_metric_expectations(capped.metrics)
+                    if e.aggregate == "sum" and e.metric in STEP_COUNT_METRICS]
+    per_step = [{m: 1 for m in STEP_COUNT_METRICS}] * capped.steps
+    assert [o.ok for o in evaluate(expectations, per_step)] == [True] * len(expectations)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("name", "steps"), [("pr-validation-image-compaction-k2", 2), ("pr-validation-no-compaction", 1)])
+def test_capped_reference_runs_pass(name: str, steps: int):
+    run = run_scenario(default_catalogue().get(name), RunOptions(max_steps=steps))
+    assert (run.record.passed, run.record.steps, [str(f) for f in run.record.findings]) == (True, steps, [])

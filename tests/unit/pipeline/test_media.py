@@ -1,0 +1,62 @@
+"""MediaResolver: pixels come only from inline data URLs and must be the declared image."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from harness.core.errors import ContractError
+from harness.core.evidence import MediaAsset, ModelCall, RolloutEvidence
+from harness.core.images import png_data_url
+from harness.pipeline.media import MediaResolver
+
+
+def _evidence(**assets: MediaAsset) -> RolloutEvidence:
+    call = ModelCall(turn_id=1, prompt_token_ids=(1,), sampled_token_ids=(2,), sampled_logprobs=(-0.5,))
+    return RolloutEvidence(rollout_id="r0", flavour="gym-0.7.0-transport", calls=(call,), media_assets=assets)
+
+
+def _asset(media_id: str, width: int, height: int, declared: tuple[int, int] | None) -> MediaAsset:
+    url = png_data_url(np.zeros((height, width, 3), dtype=np.uint8))
+    return MediaAsset(media_id, None, {"type": "input_image", "image_url": url}, original_dimensions=declared)
+
+
+A = "media-" + "a" * 24  # Gym's content-addressed form
+B = "media-" + "b" * 24
+
+
+def test_declared_dimensions_matching_the_pixels_are_accepted():
+    ev = _evidence(**{A: _asset(A, 3, 2, (3, 2))})
+    (pixels,) = MediaResolver().resolve(ev, [A], turn_id=4)
+    assert tuple(pixels.shape) == (3, 2, 3)
+
+
+def test_swapped_image_of_another_size_is_media_dimensions_mismatch():
+    ev = _evidence(**{A: _asset(A, 3, 2, (2, 3))})
+    with pytest.raises(ContractError) as info:
+        MediaResolver().resolve(ev, [A], turn_id=4)
+    err = info.value
+    assert (err.code, err.rollout_id, err.turn_id) == ("media_dimensions_mismatch", "r0", 4)
+    assert err.detail == f"media id '{A}': original_dimensions [2, 3] but the decoded image is 3x2 (width x height)"
+
+
+def test_dimensions_are_checked_per_asset_even_when_pixels_are_cached():
+    ev = _evidence(**{A: _asset(A, 3, 2, (3, 2)), B: _asset(B, 3, 2, (1, 1))})
+    resolver = MediaResolver()
+    resolver.resolve(ev, [A], turn_id=1)
+    with pytest.raises(ContractError) as info:
+        resolver.resolve(ev, [B], turn_id=2)
+    assert (info.value.code, info.value.turn_id) == ("media_dimensions_mismatch", 2)
+    assert resolver.num_decoded == 1
+
+
+def test_undeclared_dimensions_are_not_checked():
+    ev = _evidence(**{A: _asset(A, 3, 2, None)})
+    (pixels,) = MediaResolver().resolve(ev, [A])
+    assert tuple(pixels.shape) == (3, 2, 3)
+
+
+def test_opaque_ids_make_no_claim_about_their_dimensions():
+    ev = _evidence(screen=_asset("screen", 3, 2, (1, 1)))
+    (pixels,) = MediaResolver().resolve(ev, ["screen"])
+    assert tuple(pixels.shape) == (3, 2, 3)
