@@ -38,7 +38,9 @@ def test_reference_run_keeps_token_mult_prob_error_within_1e9_at_every_step_in_f
     for step, (m, artifact) in enumerate(steps):
         assert abs(m[M.TOKEN_MULT_PROB_ERROR] - 1.0) <= 1e-9, f"step {step}: {m[M.TOKEN_MULT_PROB_ERROR]!r}"
         assert (m[M.NUM_PHYSICAL_ROWS], m[M.NUM_SPLIT_ROLLOUTS], m[M.NUM_LOGICAL_ROLLOUTS]) == (rows, split, 4)
-        assert (m[M.OPTIMIZER_STEP_COUNT], m[M.SCHEDULER_STEP_COUNT], m[M.SCHEDULER_STEP_INCREMENT]) == (step + 1, step + 1, 1)
+        assert (m[M.OPTIMIZER_STEP_COUNT], m[M.SCHEDULER_STEP_COUNT]) == (step + 1, step + 1)
+        # one update and one scheduler increment per logical batch; a sample-counting scheduler gets the 4 rollouts
+        assert (m[M.OPTIMIZER_STEPS], m[M.SCHEDULER_INCREMENTS], m[M.SCHEDULER_STEP_INCREMENT]) == (1, 1, 4)
         assert m[M.TRAINED_POLICY_VERSION] == step
         rewards = [rec["reward"] for rec in artifact.logical]
         assert sorted(set(rewards)) == [0.0, 1.0], f"step {step}: rewards {rewards}"
