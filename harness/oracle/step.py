@@ -95,6 +95,10 @@ def expected_step(
     actor_total = 0.0
     kl_total = 0.0
     for row in trained:
+        missing = [m for m in row.media_ids if m not in pixels]
+        if missing:
+            raise ConfigError("invalid_argument", f"row {row.physical_trace_id!r}: media {missing} are in no "
+                              "ground-truth media table")
         images = [pixels[m] for m in row.media_ids]
         lp = _row_logprobs(policy, row, images, settings.router_replay)
         gen = torch.tensor(row.generation_logprobs, dtype=torch.float64)
