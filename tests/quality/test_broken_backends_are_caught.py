@@ -27,6 +27,7 @@ BROKEN = (
     "routes_dropped",
     "extra_optimizer_steps",
     "mask_sample_trained",
+    "moments_reset",
 )
 #: Backends that fail outright: the run must end in a `backend.error` finding, not a crash.
 CRASHING = ("crashing_train_step", "malformed_result")
@@ -120,3 +121,11 @@ def test_compactsim_run_fails_on_a_broken_backend_with_the_right_finding(tmp_pat
     assert "[row.advantage] explicit-logprobs step 0 row s0-g0-r1/trace-0 token" in result.output
     assert f"reproduce: compactsim run explicit-logprobs --seed 0 --backend {backend}" in result.output
     assert "0/1 scenarios met their expected verdict" in result.output
+
+
+def test_optimizer_state_drift_is_caught_at_the_step_where_it_drifts():
+    """The oracle carries its own AdamW moments: lost moments change nothing at step 0 and everything after."""
+    rec = run_scenario(resolve_scenarios(["scripted-three-steps"])[0],
+                       RunOptions(backend="tests.quality.moments_reset:Backend")).record
+    assert sorted({f.step for f in rec.findings}) == [1, 2]
+    assert {f.check for f in rec.findings} == {"train.update"}

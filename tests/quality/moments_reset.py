@@ -1,0 +1,27 @@
+"""Broken backend: AdamW's moments are zeroed before every step (a checkpoint reload that loses optimizer state)."""
+
+from __future__ import annotations
+
+import torch
+
+from harness.core.batch import TraceBatch
+from harness.pipeline.backend import ReferenceBackend
+from harness.pipeline.train_config import TrainerConfig
+from harness.pipeline.trainer import StepResult, TrainState
+
+EXPECTED_CHECK = "train.update"
+SCENARIO = "scripted-three-steps"
+
+
+class Backend(ReferenceBackend):
+    """Counters, loss and gradient stay right; only the optimizer's memory is lost, so step 0 is still correct."""
+
+    name = "moments-reset"
+
+    def train_step(self, state: TrainState, batch: TraceBatch, cfg: TrainerConfig) -> StepResult:
+        with torch.no_grad():
+            for per_param in state.optimizer.state.values():
+                for key in ("exp_avg", "exp_avg_sq"):
+                    if key in per_param:
+                        per_param[key].zero_()
+        return super().train_step(state, batch, cfg)
