@@ -16,7 +16,8 @@ $(STAMP): pyproject.toml
 run: $(STAMP)  ## the default suite: every catalogue scenario, audited; writes compactsim-run/{summary.json,report.html}
 	$(BIN)/compactsim run
 
-test: $(STAMP)  ## the full test suite (what CI runs)
+test: $(STAMP)  ## the full test suite (what CI runs); installs headless Chromium for the report's browser test when it can
+	scripts/ensure-chromium.sh
 	$(BIN)/python -m pytest $(PYTEST_FLAGS)
 
 test-fast: $(STAMP)  ## everything except tests marked slow
@@ -27,8 +28,9 @@ FUZZ_SEED ?= 0
 fuzz: $(STAMP)  ## long evidence fuzz (FUZZ_CASES=100000, FUZZ_SEED=0): prints "N cases, K untyped", fails when K > 0
 	$(BIN)/python -m tests.property.fuzz_driver --cases $(FUZZ_CASES) --seed $(FUZZ_SEED)
 
-bench: $(STAMP)  ## every benchmark, ratios measured side by side
-	for b in bench/bench_*.py; do $(BIN)/python $$b || exit 1; done
+bench: $(STAMP)  ## every benchmark, ratios measured side by side; figures in bench/results/*.json, one summary table at the end
+	status=0; for b in bench/bench_*.py; do $(BIN)/python $$b || { echo "FAILED: $$b"; status=1; }; done; \
+	$(BIN)/python bench/summarize.py; exit $$status
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -1,4 +1,10 @@
-"""Scripted agents: Gym-faithful compaction, evidence emitters, ground-truth logs and rollout collection."""
+"""Scripted agents: Gym-faithful compaction, evidence emitters, ground-truth logs and rollout collection.
+
+Sub-packages, lowest first (no package imports one above it): `media` (synthetic pictures, media
+arena), `compaction` (config, presets, history, policies, lineage, views, schedules), `rollout` (the
+script, the compaction session, the agent loop over HTTP, records, ground-truth logs), `evidence`
+(Gym evidence emitters, one module per flavour) and `collect` (many rollouts on threads or Ray).
+"""
 
 from agents.collect import (
     CollectedRollout,
@@ -11,7 +17,7 @@ from agents.collect import (
     run_rollout,
     server_script,
 )
-from agents.compaction_config import (
+from agents.compaction.config import (
     CompactionScheduleConfig,
     ContextHistoryConfig,
     HistoryPolicyConfig,
@@ -22,12 +28,12 @@ from agents.compaction_config import (
     ThinkStripConfig,
     ToolOutputTruncationConfig,
 )
-from agents.emitters import emit_response, emit_result
-from agents.ground_truth import ground_truth_log
-from agents.loop import RetryPolicy, ScriptedAgent
-from agents.presets import PRESETS, policy_preset
-from agents.record import RolloutFailure, RolloutRecord
-from agents.script import (
+from agents.evidence import emit_response, emit_result
+from agents.rollout.ground_truth import ground_truth_log
+from agents.rollout.loop import RetryPolicy, ScriptedAgent
+from agents.compaction.presets import PRESETS, policy_preset
+from agents.rollout.record import RolloutFailure, RolloutRecord
+from agents.rollout.script import (
     ImageSpec,
     RolloutScript,
     RolloutSpec,
@@ -37,7 +43,7 @@ from agents.script import (
     TurnScript,
     scripted_turns,
 )
-from agents.session import CompactionSession, build_generation_contract
+from agents.rollout.session import CompactionSession, build_generation_contract
 
 __all__ = [
     "PRESETS",

@@ -42,7 +42,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -59,12 +59,13 @@ from harness.audit import (
     reproduce_command,
     rgb_pixel_digest,
 )
-from agents.ray_local import local_ray
+from agents.collect.ray_local import RAY_CONNECT_TIMEOUT_S, local_ray
 from mock_servers.serving import ServerMode, open_mock_servers
 from harness.core.artifacts import encode_step_artifact, meta_to_json
 from harness.core.errors import CompactsimError, ConfigError, ContractError
 from harness.core.training_state import MeasuredStep, snapshot_training_state
 from harness.report.records import RolloutView, ScenarioRecord, SuiteRecord
+from harness.report.wandb_log import WandbSettings
 from harness.report.trace_view import rollout_views
 
 HOST = "127.0.0.1"
@@ -316,8 +317,13 @@ def run_scenario(
     options: RunOptions = RunOptions(),
     *,
     on_event: Callable[[ScenarioEvent], None] | None = None,
+    collector: Callable[..., Any] | None = None,
 ) -> ScenarioRun:
-    """Run one scenario, audit it, and return its record and files (it never raises for a failing backend)."""
+    """Run one scenario, audit it, and return its record and files (it never raises for a failing backend).
+
+    `collector` replaces `agents.collect.collect` (same call) when another agent runs the rollouts
+    (gym-check's live mode drives NeMo-Gym's own agent).
+    """
     clock = _Clock()
     name = getattr(scenario, "name", str(scenario))
     data = _RunData()
@@ -331,7 +337,7 @@ def run_scenario(
     files["run.json"] = (json.dumps({"scenario": name, "seed": scenario.seed, **options.to_json()}, indent=2,
                                     sort_keys=True) + "\n").encode("utf-8")
     try:
-        observed, logs_by_step, batches = _execute(scenario, options, clock, data, on_event)
+        observed, logs_by_step, batches = _execute(scenario, options, clock, data, on_event, collector)
         with clock.stage("oracle"):
             from harness.oracle.expect import expect_scenario
             from harness.oracle.step_settings import StepSettings
@@ -379,88 +385,94 @@ def scenario_reproduce(scenario: Any, options: RunOptions) -> str:
 def _execute(
     scenario: Any, options: RunOptions, clock: _Clock, data: _RunData,
     on_event: Callable[[ScenarioEvent], None] | None,
+    collector: Callable[..., Any] | None = None,
 ) -> tuple[ObservedRun, list[list[Mapping[str, Any]]], list[int]]:
     """Collect, plan, materialize and train every step (into `data`); stop at the first error the backend raises."""
-    from agents.collect import LocalExecutor, collect
+    from agents.collect import LocalExecutor
+    from agents.collect import collect as agents_collect
     from harness.core.policy import configure_determinism
     from harness.pipeline.backend import load_backend
     from harness.pipeline.trainer import init_train_state
     from harness.train_run import resolve_device
     from scenarios.build import build_scenario, step_results
 
+    collect = collector or agents_collect
+
     build = build_scenario(scenario)
     cfg = build.trainer_config
     backend = load_backend(options.backend)
     configure_determinism(1)
     state = init_train_state(cfg, device=resolve_device(options.device))
-    wandb_run = _wandb(options, scenario, cfg) if options.wandb else None
     steps: list[ObservedStep] = []
     logs_by_step: list[list[Mapping[str, Any]]] = []
-    measured: MeasuredStep | None = None
     rows: list[int] = []
     error: ObservedError | None = None
     files = data.files
-    try:
-        with open_servers(build.model_settings, build.reward_settings, options.server) as servers:
+    with open_servers(build.model_settings, build.reward_settings, options.server) as servers:
+        if scenario.mode == "policy":
+            _sync_initial_weights(servers.model, state, cfg.policy.precision)
+        # async GRPO (NeMo-RL §6.3): step j's groups are generated `lead` optimizer steps ahead, with the
+        # weights of that moment, so step j trains on rollouts of version max(0, j - lead)
+        a = cfg.grpo.async_grpo
+        lead = a.max_trajectory_age_steps if a.enabled else 0
+        ahead: dict[int, Any] = {}
+        for k in range(scenario.steps):
+            with clock.stage("collect"):
+                for j in range(k, min(scenario.steps, k + lead + 1)):
+                    if j not in ahead:
+                        ahead[j] = collect(build.specs[j], servers, executor=LocalExecutor(options.workers))
+                collected = ahead.pop(k)
+                logs_by_step.append([c.ground_truth for c in collected])
+                results = step_results(scenario, k, collected)
+            with clock.stage("write"):
+                # the agents' ground truth (the oracle's input) and what the trainer received (results/)
+                files[f"rollouts/step-{k:04d}.jsonl"], rollouts = _jsonl(
+                    [{"rollout_id": c.rollout_id, "status": c.status, "ground_truth": c.ground_truth}
+                     for c in collected])
+                files[f"results/step-{k:04d}.jsonl"], received = _jsonl(results)
+                data.rollouts.append(rollouts)
+                data.results.append(received)
+            trained = _backend_step(backend, state, results, cfg, k, clock)
+            if isinstance(trained, ObservedError):
+                error = trained
+                break
+            step, npz, meta_json = trained
             if scenario.mode == "policy":
-                _sync_initial_weights(servers.model, state, cfg.policy.precision)
-            # async GRPO (NeMo-RL §6.3): step j's groups are generated `lead` optimizer steps ahead, with the
-            # weights of that moment, so step j trains on rollouts of version max(0, j - lead)
-            a = cfg.grpo.async_grpo
-            lead = a.max_trajectory_age_steps if a.enabled else 0
-            ahead: dict[int, Any] = {}
-            for k in range(scenario.steps):
-                with clock.stage("collect"):
-                    for j in range(k, min(scenario.steps, k + lead + 1)):
-                        if j not in ahead:
-                            ahead[j] = collect(build.specs[j], servers, executor=LocalExecutor(options.workers))
-                    collected = ahead.pop(k)
-                    logs_by_step.append([c.ground_truth for c in collected])
-                    results = step_results(scenario, k, collected)
-                with clock.stage("write"):
-                    # the agents' ground truth (the oracle's input) and what the trainer received (results/)
-                    files[f"rollouts/step-{k:04d}.jsonl"], rollouts = _jsonl(
-                        [{"rollout_id": c.rollout_id, "status": c.status, "ground_truth": c.ground_truth}
-                         for c in collected])
-                    files[f"results/step-{k:04d}.jsonl"], received = _jsonl(results)
-                    data.rollouts.append(rollouts)
-                    data.results.append(received)
-                stage = "plan"
-                try:
-                    with clock.stage("plan"):
-                        plans = [backend.plan(r) for r in results]
-                    stage = "materialize"
-                    with clock.stage("materialize"):
-                        batch = backend.materialize(plans, cfg)
-                    stage = "train"
-                    with clock.stage("train"):
-                        before = snapshot_training_state(state.policy, state.optimizer, state.scheduler)
-                        result = backend.train_step(state, batch, cfg)
-                        measured = MeasuredStep(before, snapshot_training_state(
-                            state.policy, state.optimizer, state.scheduler))
-                    stage = "result"
-                    with clock.stage("write"):
-                        step, npz, meta_json = _observe_result(result, k, measured)
-                except Exception as exc:  # noqa: BLE001 - any backend failure is the observed outcome
-                    error = _observed_error(exc, k, stage)
-                    break
-                if scenario.mode == "policy":
-                    with clock.stage("weights"):
-                        _push_weights(servers.model, state)
-                steps.append(step)
-                rows.append(sum(1 for r in step.rows if not r.is_padding))
-                files[f"artifacts/step-{k:04d}.npz"] = npz
-                files[f"artifacts/step-{k:04d}.json"] = meta_json
-                if wandb_run is not None:
-                    wandb_run.log({k2: v for k2, v in result.metrics.items() if isinstance(v, (int, float))}, step=k)
-                if on_event is not None:
-                    on_event(ScenarioEvent(scenario.name, k + 1, scenario.steps))
-    finally:
-        if wandb_run is not None:
-            wandb_run.finish()
+                with clock.stage("weights"):
+                    _push_weights(servers.model, state)
+            steps.append(step)
+            rows.append(sum(1 for r in step.rows if not r.is_padding))
+            files[f"artifacts/step-{k:04d}.npz"] = npz
+            files[f"artifacts/step-{k:04d}.json"] = meta_json
+            if on_event is not None:
+                on_event(ScenarioEvent(scenario.name, k + 1, scenario.steps))
     metrics_lines = [{"step": st.step, **{k2: _num(v) for k2, v in st.metrics.items()}} for st in steps]
     files["metrics.jsonl"], data.metrics = _jsonl(metrics_lines)
     return ObservedRun(steps=tuple(steps), error=error), logs_by_step, rows
+
+
+def _backend_step(
+    backend: Any, state: Any, results: Sequence[Mapping[str, Any]], cfg: Any, k: int, clock: _Clock
+) -> tuple[ObservedStep, bytes, bytes] | ObservedError:
+    """Plan, materialize and train one step through the backend, the harness measuring the state around
+    `train_step`; any refusal, crash or malformed result is returned as the observed error."""
+    stage = "plan"
+    try:
+        with clock.stage("plan"):
+            plans = [backend.plan(r) for r in results]
+        stage = "materialize"
+        with clock.stage("materialize"):
+            batch = backend.materialize(plans, cfg)
+        stage = "train"
+        with clock.stage("train"):
+            before = snapshot_training_state(state.policy, state.optimizer, state.scheduler)
+            result = backend.train_step(state, batch, cfg)
+            measured = MeasuredStep(before, snapshot_training_state(state.policy, state.optimizer, state.scheduler))
+        stage = "result"
+        with clock.stage("write"):
+            return _observe_result(result, k, measured)
+    except Exception as exc:  # noqa: BLE001 - any backend failure is the observed outcome
+        return _observed_error(exc, k, stage)
 
 
 def _num(v: Any) -> Any:
@@ -471,17 +483,34 @@ def _num(v: Any) -> Any:
     return v
 
 
-def _wandb(options: RunOptions, scenario: Any, cfg: Any) -> Any:
-    """A W&B run in offline mode (never online from here)."""
+def _wandb(settings: WandbSettings, options: RunOptions, run: ScenarioRun) -> None:
+    """Log one finished scenario as an offline W&B run (never online from here; `wandb sync` uploads it).
+
+    Per-step metrics under NeMo-RL's namespaces (`harness.report.wandb_log`); the run summary holds the
+    verdict and the finding counts; a failed scenario's run is marked failed (exit code 1).
+    """
     import wandb
+
+    from harness.report.wandb_log import wandb_run_name, wandb_steps, wandb_summary, wandb_tags
 
     os.environ.setdefault("WANDB_SILENT", "true")
     os.environ["WANDB_MODE"] = "offline"
-    directory = Path(options.wandb_dir or ".")
+    directory = Path(settings.directory or options.wandb_dir or ".")
     directory.mkdir(parents=True, exist_ok=True)
-    return wandb.init(project="compactsim", name=f"{scenario.name}-seed{scenario.seed}", mode="offline",
-                      dir=str(directory), config={"scenario": scenario.to_data(), "trainer": cfg.model_dump(mode="json")},
-                      reinit="create_new")
+    record = run.record
+    config: dict[str, Any] = {"options": options.to_json(), "mode": record.mode}
+    if run.scenario is not None:
+        config["scenario"] = run.scenario.to_data()
+        config["trainer"] = run.scenario.trainer_config().model_dump(mode="json")
+    wandb_run = wandb.init(project=settings.project, entity=settings.entity, group=settings.group,
+                           tags=wandb_tags(settings, record), name=wandb_run_name(record), job_type="scenario",
+                           mode="offline", dir=str(directory), config=config, reinit="create_new")
+    try:
+        for k, metrics in enumerate(wandb_steps(record)):
+            wandb_run.log(metrics, step=k)
+        wandb_run.summary.update(wandb_summary(record))
+    finally:
+        wandb_run.finish(exit_code=0 if record.passed else 1)
 
 
 def _trace_views(steps: Sequence[ObservedStep], findings: Sequence[Finding]) -> tuple[RolloutView, ...]:
@@ -535,9 +564,20 @@ def _run_remote(scenario_data: Mapping[str, Any], options: RunOptions, sys_path:
     return run_scenario(Scenario.model_validate(dict(scenario_data)), options)
 
 
-def ray_cluster(address: str | None, num_cpus: int):  # -> ContextManager[None]
-    """A local Ray that never leaves loopback, or the cluster at `address` (`agents.ray_local.local_ray`)."""
-    return local_ray(num_cpus, address=address)
+def ray_cluster(address: str | None, num_cpus: int,
+                connect_timeout_s: float = RAY_CONNECT_TIMEOUT_S):  # -> ContextManager[None]
+    """A local Ray that never leaves loopback, or the cluster at `address` (``HOST:PORT`` of its GCS).
+
+    An unreachable `address` is a `ConfigError` within `connect_timeout_s` (`agents.collect.ray_local`).
+    """
+    return local_ray(num_cpus, address=address, connect_timeout_s=connect_timeout_s)
+
+
+def _with_mode(run: ScenarioRun) -> ScenarioRun:
+    """The run with its record's server mode filled in (the report decides which metrics mean something)."""
+    if run.scenario is None or run.record.mode is not None:
+        return run
+    return replace(run, record=replace(run.record, mode=run.scenario.mode))
 
 
 def run_suite(
@@ -548,15 +588,31 @@ def run_suite(
     ray_address: str | None = None,
     parallel: int = 2,
     on_event: Callable[[ScenarioEvent], None] | None = None,
+    wandb: WandbSettings | None = None,
+    ray_connect_timeout_s: float = RAY_CONNECT_TIMEOUT_S,
 ) -> list[ScenarioRun]:
-    """Every scenario's run, in the given order, on the chosen executor."""
-    if executor == "local":
-        return [run_scenario(s, options, on_event=on_event) for s in scenarios]
-    if executor != "ray":
+    """Every scenario's run, in the given order, on the chosen executor.
+
+    `ray_address` implies the Ray executor. `wandb` (or `options.wandb`, with default settings)
+    logs each finished scenario as an offline W&B run.
+    """
+    if ray_address:
+        executor = "ray"
+    if executor not in ("local", "ray"):
         raise ConfigError("invalid_argument", f"executor={executor!r}: expected 'local' or 'ray'")
+    settings = wandb if wandb is not None else (WandbSettings(directory=options.wandb_dir) if options.wandb else None)
+
+    def finished(run: ScenarioRun) -> ScenarioRun:
+        run = _with_mode(run)
+        if settings is not None:
+            _wandb(settings, options, run)
+        return run
+
+    if executor == "local":
+        return [finished(run_scenario(s, options, on_event=on_event)) for s in scenarios]
     import ray
 
-    with ray_cluster(ray_address, parallel):
+    with ray_cluster(ray_address, parallel, ray_connect_timeout_s):
         task = ray.remote(num_cpus=1)(_run_remote)
         path = [os.getcwd(), *sys.path]
         pending = {task.remote(s.to_data(), options, path): k for k, s in enumerate(scenarios)}
@@ -565,10 +621,10 @@ def run_suite(
             done, _ = ray.wait(list(pending), num_returns=1)
             for ref in done:
                 k = pending.pop(ref)
-                out[k] = ray.get(ref)
+                run = out[k] = finished(ray.get(ref))
                 if on_event is not None:
-                    rec = out[k].record  # type: ignore[union-attr]
-                    on_event(ScenarioEvent(rec.name, rec.steps, rec.steps, done=True, record=rec))
+                    on_event(ScenarioEvent(run.record.name, run.record.steps, run.record.steps, done=True,
+                                           record=run.record))
     return [r for r in out if r is not None]
 
 

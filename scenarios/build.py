@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from agents.script import RolloutSpec, SamplingConfig
+from agents.rollout.script import RolloutSpec, SamplingConfig
 from harness.core.errors import ConfigError
 from harness.core.seeds import derive_int
 from scenarios.model import Scenario, resolve_compaction

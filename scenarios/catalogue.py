@@ -8,7 +8,8 @@ the file, the entry and the field path.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import difflib
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -21,6 +22,22 @@ from harness.core.errors import ConfigError
 from scenarios.model import Scenario
 
 CATALOGUE_DIR = Path(__file__).resolve().parent / "catalogue"
+
+
+def close_names(word: str, choices: Iterable[str], *, limit: int = 5) -> list[str]:
+    """Names containing `word` (shortest first), then difflib's nearest by similarity ratio (typos)."""
+    pool = sorted(set(choices))
+    close = sorted((c for c in pool if word in c), key=lambda c: (len(c), c))
+    close += [c for c in difflib.get_close_matches(word, pool, n=limit, cutoff=0.6) if c not in close]
+    return close[:limit]
+
+
+def _did_you_mean(word: str, choices: Iterable[str]) -> str:
+    """``"; did you mean 'a' or 'b'?"``, or "" when nothing is close."""
+    quoted = [repr(c) for c in close_names(word, choices)]
+    if not quoted:
+        return ""
+    return "; did you mean " + (quoted[0] if len(quoted) == 1 else ", ".join(quoted[:-1]) + " or " + quoted[-1]) + "?"
 
 
 def _where(loc: Sequence[Any]) -> str:
@@ -88,8 +105,7 @@ class Catalogue:
         for s in self.scenarios:
             if s.name == name:
                 return s
-        close = [n for n in self.names if name in n or n in name][:5]
-        hint = f"; did you mean {close}?" if close else f"; {len(self)} scenarios, see `compactsim scenarios list`"
+        hint = _did_you_mean(name, self.names) or f"; {len(self)} scenarios, see `compactsim list`"
         raise ConfigError("invalid_argument", f"unknown scenario {name!r}{hint}")
 
     def with_tag(self, tag: str) -> tuple[Scenario, ...]:
@@ -106,8 +122,7 @@ class Catalogue:
             elif sel in self.tags:
                 chosen.update(s.name for s in self.with_tag(sel))
             else:
-                close = [n for n in self.names if sel in n][:5]
-                hint = f"; did you mean {close}?" if close else f"; tags: {', '.join(self.tags[:12])}, ..."
+                hint = _did_you_mean(sel, self.names + self.tags) or f"; tags: {', '.join(self.tags[:12])}, ..."
                 raise ConfigError("invalid_argument", f"no scenario or tag {sel!r}{hint}")
         return tuple(s for s in self.scenarios if s.name in chosen)
 
@@ -153,6 +168,7 @@ def dump_scenario(scenario: Scenario) -> str:
 __all__ = [
     "CATALOGUE_DIR",
     "Catalogue",
+    "close_names",
     "default_catalogue",
     "dump_scenario",
     "get_scenario",

@@ -9,7 +9,7 @@ steps) and passes it as `servers`.
 from __future__ import annotations
 
 from agents.collect import CollectedRollout, InProcessServers, LocalExecutor, collect
-from agents.loop import RetryPolicy
+from agents.rollout.loop import RetryPolicy
 from scenarios.build import model_server_settings, reward_server_settings, step_specs
 from scenarios.model import Scenario
 

@@ -22,9 +22,9 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from agents.compaction_config import ContextHistoryConfig
-from agents.presets import policy_preset
-from agents.script import Flavour, ImageSpec, RolloutScript, TurnScript, scripted_turns
+from agents.compaction.config import ContextHistoryConfig
+from agents.compaction.presets import policy_preset
+from agents.rollout.script import Flavour, ImageSpec, RolloutScript, TurnScript, scripted_turns
 from harness.core.errors import CONTRACT_CODES, ConfigError
 from mock_servers.model_server.settings import FaultKind
 from scenarios.metric_expectations import parse_metric_expectations

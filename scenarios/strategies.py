@@ -20,7 +20,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from agents.script import ImageSpec, ToolCallSpec, ToolResult, TurnScript
+from agents.rollout.script import ImageSpec, ToolCallSpec, ToolResult, TurnScript
 from harness.core.digests import canonical_digest
 from harness.core.errors import ConfigError
 from scenarios.model import MAX_GROUP_SIZE, MAX_GROUPS, MAX_TURNS, RewardsSpec, RolloutOverride, Scenario, ScriptSpec

@@ -41,6 +41,12 @@ def gym_check_command(
     scenario: Annotated[
         list[str] | None, typer.Option("--scenario", help="live scenario to run (repeatable); default: all")
     ] = None,
+    agent: Annotated[
+        bool, typer.Option("--agent/--no-agent", help="with --live: also run the revision's own agent and model server over HTTP")
+    ] = True,
+    agent_scenario: Annotated[
+        list[str] | None, typer.Option("--agent-scenario", help="catalogue scenario tagged 'live' for --agent (repeatable); default: all")
+    ] = None,
     emitter: Annotated[
         str | None, typer.Option("--emitter", help="module:attr returning our payload for a LiveScript, for comparison")
     ] = None,
@@ -54,14 +60,14 @@ def gym_check_command(
 ) -> None:
     """Check a Gym revision's evidence models against the contract our planner consumes.
 
-    Exit 0: compatible. Exit 3: drift the planner cannot accept (each one is named).
-    Exit 2: the revision could not be set up (the reason is printed).
+    Exit 0: compatible. Exit 3: drift the planner cannot accept (each one is named), or "contract
+    absent" (a NeMo-Gym without the compaction agent). Exit 2: the revision could not be set up.
     """
     from harness.gym_check import GymCheckOptions, format_report, run_gym_check, write_report
 
     opts = GymCheckOptions(
         spec=gym, live=live, cache_dir=cache_dir, offline=offline, payload_paths=tuple(payloads or ()),
-        live_scenarios=tuple(scenario or ()), emitter=emitter,
+        live_scenarios=tuple(scenario or ()), emitter=emitter, agent=agent, agent_scenarios=tuple(agent_scenario or ()),
     )
     try:
         check_payload_files(list(payloads or ()))

@@ -2,6 +2,8 @@
 
     compactsim run                                  # the default suite: every catalogue scenario
     compactsim run compaction --seed 7 --out runs/s7 --executor ray
+    compactsim run compaction --ray-address 127.0.0.1:6379   # an existing cluster (`ray start --head --port 6379`)
+    compactsim run --wandb-project my-trainer --wandb-group nightly --wandb-tag ci    # offline W&B runs under OUT/wandb
     compactsim run no-compaction --backend tests.quality.broadcast_first_advantage:Backend
     compactsim list ; compactsim show image-compaction-k2-rolling    # = compactsim scenarios list / show
     compactsim replay runs/s7/scenarios/image-compaction-k2-rolling
@@ -78,14 +80,23 @@ def run_command(
     out: Annotated[Path, typer.Option(help="output directory: summary.json, report.html, per-scenario artifacts")] = DEFAULT_OUT,
     force: Annotated[bool, typer.Option("--force", help="write into a non-empty --out that is not a compactsim output "
                                                         "folder (only compactsim's own entries are replaced)")] = False,
-    executor: Annotated[str, typer.Option(help="local (in this process) or ray (one task per scenario)")] = "local",
-    ray_address: Annotated[str | None, typer.Option("--ray-address", help="an existing Ray cluster to fan scenarios out over")] = None,
+    executor: Annotated[str | None, typer.Option(help="local (in this process; the default) or ray (one task per "
+                                                     "scenario; implied by --ray-address)")] = None,
+    ray_address: Annotated[str | None, typer.Option("--ray-address", help="HOST:PORT of an existing Ray cluster's GCS "
+                                                    "(`ray start --head --port PORT`) to fan scenarios out over; implies "
+                                                    "--executor ray; exit 2 when nothing answers there within 30 s")] = None,
     parallel: Annotated[int, typer.Option(min=1, help="Ray: CPUs of the local Ray instance")] = 2,
     device: Annotated[str, typer.Option(help="cpu, cuda or auto")] = "cpu",
     backend: Annotated[str | None, typer.Option(help="backend under test as module:attr")] = None,
     steps: Annotated[int | None, typer.Option(min=1, help="cap every scenario's optimizer steps (smoke budget)")] = None,
     server: Annotated[str, typer.Option(help="inprocess (ASGI, no port) or http (uvicorn on 127.0.0.1)")] = "inprocess",
     wandb: Annotated[bool, typer.Option("--wandb", help="log each scenario to Weights & Biases, offline, under OUT/wandb")] = False,
+    wandb_project: Annotated[str | None, typer.Option("--wandb-project", help="W&B project (default compactsim); "
+                                                      "implies --wandb")] = None,
+    wandb_entity: Annotated[str | None, typer.Option("--wandb-entity", help="W&B entity (team or user); implies --wandb")] = None,
+    wandb_group: Annotated[str | None, typer.Option("--wandb-group", help="W&B group of this suite's runs; implies --wandb")] = None,
+    wandb_tag: Annotated[list[str] | None, typer.Option("--wandb-tag", help="a W&B tag for every run (repeat it); "
+                                                        "implies --wandb")] = None,
     gym_check: Annotated[Path | None, typer.Option("--gym-check", help="a gym-check.json whose revision to record")] = None,
     json_output: Annotated[bool, typer.Option("--json", help="print summary.json to stdout instead of the table")] = False,
     junit_xml: Annotated[Path | None, typer.Option("--junit-xml", help="also write JUnit XML: one test case per scenario")] = None,
@@ -98,9 +109,25 @@ def run_command(
     from harness.runner import DEFAULT_BACKEND, RunOptions, gym_record, run_suite, suite_record, write_outputs
 
     _use_cwd_imports()
+    wandb_settings = None
     try:
-        if executor not in ("local", "ray"):
+        if executor not in (None, "local", "ray"):
             raise ConfigError("invalid_argument", f"--executor {executor}: expected local or ray")
+        if ray_address is not None:
+            if executor == "local":
+                raise ConfigError("invalid_argument", f"--ray-address {ray_address} needs the Ray executor: drop "
+                                                      "--executor local (--ray-address implies --executor ray)")
+            from agents.collect.ray_local import check_ray_address
+
+            check_ray_address(ray_address)  # fail fast, before the output folder is touched
+            executor = "ray"
+        executor = executor or "local"
+        if wandb or wandb_project or wandb_entity or wandb_group or wandb_tag:
+            from harness.report.wandb_log import DEFAULT_PROJECT, WandbSettings
+
+            wandb = True
+            wandb_settings = WandbSettings(project=wandb_project or DEFAULT_PROJECT, entity=wandb_entity,
+                                           group=wandb_group, tags=tuple(wandb_tag or ()), directory=str(out / "wandb"))
         if server not in ("inprocess", "http"):
             raise ConfigError("invalid_argument", f"--server {server}: expected inprocess or http")
         if device not in ("cpu", "cuda", "auto"):
@@ -143,8 +170,11 @@ def run_command(
                 progress.remove_task(tasks.pop(ev.scenario))
                 progress.advance(overall)
 
-        runs = run_suite(selected, options, executor=executor, ray_address=ray_address, parallel=parallel,  # type: ignore[arg-type]
-                         on_event=on_event)
+        try:
+            runs = run_suite(selected, options, executor=executor, ray_address=ray_address, parallel=parallel,  # type: ignore[arg-type]
+                             on_event=on_event, wandb=wandb_settings)
+        except CompactsimError as exc:  # e.g. the Ray cluster went away between the check and the connection
+            raise typer.Exit(report_error(exc, as_json=json_output)) from None
     total = time.perf_counter() - started
     suite = suite_record(runs, options, [s.name for s in selected], gym=gym_record(runs, gym_check))
     paths = write_outputs(out, runs, suite, total_seconds=total, executor=executor)

@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from harness.core.errors import ConfigError
 
 #: Where the runner looks for our emitter's live-script entry point when none is given.
-DEFAULT_EMITTER_HOOK = "agents.gym_live:emit_live_script"
+DEFAULT_EMITTER_HOOK = "agents.evidence.live:emit_live_script"
 
 
 class _Strict(BaseModel):

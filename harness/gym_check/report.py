@@ -13,7 +13,7 @@ from rich.text import Text
 from harness.gym_check.schema_diff import SEVERITY_ORDER, branches, describe
 
 REPORT_FORMAT = "compactsim.gym-check/1"
-Verdict = Literal["compatible", "drift", "setup_failed"]
+Verdict = Literal["compatible", "drift", "contract_absent", "setup_failed"]
 #: Envelope fields whose nested defs are the openai input union, not evidence; left out of the field table.
 _NOT_EVIDENCE = frozenset({"agent_input", "seed_obs"})
 
@@ -35,6 +35,8 @@ class GymCheckReport(BaseModel):
     payloads: list[dict[str, Any]] = Field(default_factory=list)
     digests: list[dict[str, Any]] = Field(default_factory=list)
     live: dict[str, Any] | None = None
+    #: The revision's own agent and model server over HTTP (`live_gym`), with its `wire` section.
+    live_gym: dict[str, Any] | None = None
     planner: str | None = None
     timing: dict[str, float] = Field(default_factory=dict)
 
@@ -135,7 +137,7 @@ def _row(table: Table, *cells: Any) -> None:
 
 def format_header(report: GymCheckReport) -> Table:
     rev, setup = report.revision, report.setup
-    colour = {"compatible": "green", "drift": "red", "setup_failed": "yellow"}[report.verdict]
+    colour = {"compatible": "green", "drift": "red", "contract_absent": "red", "setup_failed": "yellow"}[report.verdict]
     table = Table(title="gym-check", show_header=False, title_justify="left")
     table.add_column("what", style="bold")
     table.add_column("value", overflow="fold")
@@ -229,6 +231,35 @@ def format_live(report: GymCheckReport) -> Table:
     return table
 
 
+def format_live_gym(report: GymCheckReport) -> Group:
+    """The revision's own agent and model server: one row per live scenario, then the wire table."""
+    live = report.live_gym or {}
+    table = Table(title="live: the revision's SimpleAgentWithCompaction + VLLMModelWithCompaction over HTTP "
+                        "against compactsim serve (mocked: resources server only)", title_justify="left")
+    for col in ("scenario", "rollouts", "calls", "non-200", "final answers", "audit", "ours vs Gym"):
+        table.add_column(col, overflow="fold")
+    for s in live.get("scenarios", []):
+        if s.get("error"):
+            _row(table, s["name"], Text(_short(s["error"], 100), style="red"), "", "", "", "", "")
+            continue
+        answers = sorted({str(a) for a in s.get("final_answers", {}).values()})
+        emitter = s.get("emitter", {})
+        worst = sorted(emitter.get("categories", {}).items(), key=lambda kv: -kv[1])[:2]
+        ours = "identical" if emitter.get("identical") else ", ".join(f"{k} ×{v}" for k, v in worst)
+        _row(table, s["name"], f"{s['completed']}/{s['rollouts']}", str(s["calls"]), str(s["retried"]),
+             _short(" | ".join(answers), 40), Text(s["audit"], style="green" if s["audit"] == "passed" else "red"),
+             _short(ours, 60))
+    wire = Table(title="wire: what the revision sends to and reads from the model server", title_justify="left")
+    for col in ("endpoint", "calls", "request fields it sends", "response fields it reads", "needed but omitted"):
+        wire.add_column(col, overflow="fold")
+    for ep in live.get("wire", {}).get("endpoints", []):
+        reads = ", ".join(f"{r['field']}{'' if r['served'] else ' (absent)'}" for r in ep.get("revision_reads", []))
+        missing = ep.get("missing_required")
+        _row(wire, ep["path"], f"{ep['calls']} {ep['statuses']}", ", ".join(ep["request_fields"]), reads or "-",
+             Text(", ".join(missing), style="red") if missing else ("none" if missing is not None else "-"))
+    return Group(table, wire)
+
+
 def format_report(report: GymCheckReport) -> Group:
     parts: list[Any] = [format_header(report)]
     if report.models:
@@ -248,6 +279,8 @@ def format_report(report: GymCheckReport) -> Group:
                           style="green"))
     if report.live is not None:
         parts.append(format_live(report))
+    if report.live_gym is not None:
+        parts.append(format_live_gym(report))
     if report.blocking:
         parts.append(Text("drift the planner cannot accept:\n" + "\n".join(f"  - {b}" for b in report.blocking), style="red"))
     return Group(*parts)
@@ -260,6 +293,7 @@ __all__ = [
     "format_digests",
     "format_drift",
     "format_header",
+    "format_live_gym",
     "format_live",
     "format_models",
     "format_payloads",

@@ -21,6 +21,14 @@ SpecKind = Literal["pypi", "wheel", "source"]
 SHIM_DISTRIBUTIONS: tuple[str, ...] = ("pydantic", "openai")
 #: What a source checkout without a pyproject.toml gets (the pins of nemo-gym 0.7.0).
 DEFAULT_SHIM_REQUIREMENTS: tuple[str, ...] = ("pydantic", "openai==2.44.0")
+#: What the revision's agent and model-server apps (SimpleAgentWithCompaction, VLLMModelWithCompaction)
+#: import at runtime, found by importing both apps of nemo-gym 0.7.0 in an empty venv until they load
+#: (`ray` because Gym reads its package metadata at import). Pins come from the revision's own
+#: requirements; extras are dropped (no `ray[default]`, no vLLM).
+RUNTIME_DISTRIBUTIONS: tuple[str, ...] = (
+    "pydantic", "openai", "anthropic", "fastapi", "uvicorn", "httptools", "uvloop", "aiohttp", "orjson", "requests",
+    "omegaconf", "hydra-core", "rich", "itsdangerous", "ray", "yappi", "pydot", "pandas", "scipy", "wandb",
+)
 _PIN = re.compile(r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)==(?P<version>[A-Za-z0-9][A-Za-z0-9.+!_-]*)$")
 #: Files that make up a source checkout's fingerprint; everything else (caches, VCS) is ignored.
 _SOURCE_SUFFIXES = (".py", ".toml", ".cfg", ".txt", ".yaml", ".yml", ".json")
@@ -52,6 +60,8 @@ class Revision:
     requirements: tuple[str, ...]
     #: The revision's Requires-Python, if it declares one.
     requires_python: str | None
+    #: Requirement strings for `RUNTIME_DISTRIBUTIONS` (the live check's agent and model-server apps).
+    runtime_requirements: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -112,8 +122,8 @@ def _normalise(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def shim_requirements(requires: list[str]) -> tuple[str, ...]:
-    """Keep the revision's own requirement for each shim distribution, dropping extras-only ones."""
+def shim_requirements(requires: list[str], names: tuple[str, ...] = SHIM_DISTRIBUTIONS) -> tuple[str, ...]:
+    """Keep the revision's own requirement for each of `names`, dropping extras-only ones (and extras)."""
     from packaging.requirements import InvalidRequirement, Requirement  # noqa: PLC0415 - installed with matplotlib, ray and wandb
 
     picked: dict[str, str] = {}
@@ -125,10 +135,12 @@ def shim_requirements(requires: list[str]) -> tuple[str, ...]:
         if req.marker is not None and "extra" in str(req.marker):
             continue
         name = _normalise(req.name)
-        if name in SHIM_DISTRIBUTIONS and name not in picked:
+        if name in names and name not in picked:
             picked[name] = f"{req.name}{req.specifier}"
     picked.setdefault("pydantic", "pydantic")  # the checker itself needs it
-    return tuple(picked[n] for n in SHIM_DISTRIBUTIONS if n in picked)
+    if names == SHIM_DISTRIBUTIONS:
+        return tuple(picked[n] for n in names if n in picked)
+    return tuple(picked.get(n, n) for n in names)  # runtime: a name the revision does not pin goes unpinned
 
 
 def _wheel_metadata(wheel: Path) -> tuple[str | None, list[str], str | None]:
@@ -177,15 +189,18 @@ def fetch_revision(spec: GymSpec, downloads: Path, *, offline: bool = False) -> 
         assert spec.path is not None
         version, requires, requires_python = _source_metadata(spec.path)
         reqs = shim_requirements(requires) if requires is not None else DEFAULT_SHIM_REQUIREMENTS
-        return Revision(spec, source_tree_digest(spec.path), version, None, spec.path, reqs, requires_python)
+        runtime = shim_requirements(requires or [], RUNTIME_DISTRIBUTIONS)
+        return Revision(spec, source_tree_digest(spec.path), version, None, spec.path, reqs, requires_python, runtime)
     wheel = spec.path if spec.kind == "wheel" else download_wheel(spec, downloads, offline=offline)
     assert wheel is not None
     version, requires, requires_python = _wheel_metadata(wheel)
-    return Revision(spec, file_digest(wheel), version, wheel, None, shim_requirements(requires), requires_python)
+    return Revision(spec, file_digest(wheel), version, wheel, None, shim_requirements(requires), requires_python,
+                    shim_requirements(requires, RUNTIME_DISTRIBUTIONS))
 
 
 __all__ = [
     "DEFAULT_SHIM_REQUIREMENTS",
+    "RUNTIME_DISTRIBUTIONS",
     "SHIM_DISTRIBUTIONS",
     "GymSpec",
     "Revision",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import json
 import time
+import zipfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -18,7 +19,7 @@ from harness.gym_check.errors import GymSetupError
 from harness.gym_check.live import DEFAULT_EMITTER_HOOK, LiveScript, compare_payloads, load_hook, scenarios
 from harness.gym_check.probe import CheckerProcess
 from harness.gym_check.report import GymCheckReport, model_rows
-from harness.gym_check.revision import fetch_revision, parse_spec
+from harness.gym_check.revision import Revision, fetch_revision, parse_spec
 from harness.gym_check.rows_check import check_live_rows
 from harness.gym_check.schema_diff import SEVERITY_ORDER, Drift, apply_transform, diff_schemas, token_item_members
 from harness.gym_check.venv import default_cache_dir, dir_bytes, ensure_venv, repo_root
@@ -39,6 +40,10 @@ class GymCheckOptions:
     live_scenarios: tuple[str, ...] = ()
     emitter: str | None = None
     baseline: Path | None = baselines.DEFAULT_BASELINE
+    #: With `live`: also run the revision's own agent and model server over HTTP (`live_gym`).
+    agent: bool = True
+    #: Catalogue scenarios (tagged ``live``) for the agent run; empty: all of them.
+    agent_scenarios: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -343,6 +348,38 @@ def _blocking_lines(drifts: Sequence[Drift]) -> list[str]:
             for d in drifts if d.severity == "blocking"]
 
 
+#: Where the compaction contract lives in a NeMo-Gym revision (0.5.0 has none of it).
+COMPACTION_AGENT = "responses_api_agents/simple_agent_with_compaction/"
+
+
+def contract_absent(revision: Revision) -> str | None:
+    """Why `revision` is a NeMo-Gym without the compaction contract, or None when it has it.
+
+    Read from the revision's files, before any environment is built: a `nemo_gym` package without
+    `responses_api_agents.simple_agent_with_compaction` is drift (exit 3), not a setup failure.
+    """
+    if revision.wheel is not None:
+        try:
+            with zipfile.ZipFile(revision.wheel) as zf:
+                names = zf.namelist()
+        except (OSError, zipfile.BadZipFile):
+            return None  # unreadable: fetch_revision already vetted it; the import step will say more
+    elif revision.source is not None:
+        root = revision.source
+        names = [p.relative_to(root).as_posix() + ("/" if p.is_dir() else "")
+                 for top in ("nemo_gym", "responses_api_agents") if (root / top).exists()
+                 for p in [root / top, *(root / top).rglob("*")]]
+    else:
+        return None
+    has_gym = any(n.startswith("nemo_gym/") for n in names)
+    if not has_gym or any(n.startswith(COMPACTION_AGENT) for n in names):
+        return None
+    module = COMPACTION_AGENT.rstrip("/").replace("/", ".")
+    version = f" {revision.version}" if revision.version else ""
+    return (f"nemo-gym{version} has no {module} (ModuleNotFoundError: No module named '{module}'): "
+            "no compaction agent, no context_compaction_contract, nothing the planner's contract path can read")
+
+
 def run_gym_check(opts: GymCheckOptions, *, out_dir: Path | None = None) -> GymCheckReport:
     """Never raises for a revision problem: setup failures come back as a report with exit 2."""
     timing: dict[str, float] = {}
@@ -357,15 +394,22 @@ def run_gym_check(opts: GymCheckOptions, *, out_dir: Path | None = None) -> GymC
         revision = fetch_revision(spec, cache_dir / "downloads", offline=opts.offline)
         timing["fetch_s"] = time.perf_counter() - t0
         revision_info.update(revision.to_json())
+        absent = contract_absent(revision)
+        if absent is not None:
+            timing["total_s"] = time.perf_counter() - t_start
+            return GymCheckReport(verdict="contract_absent", exit_code=EXIT_DRIFT, reason=f"contract absent: {absent}",
+                                  revision=revision_info, setup=setup, timing=timing,
+                                  blocking=[f"contract_absent: {absent}"])
+        agent_run = opts.live and opts.agent
         t0 = time.perf_counter()
-        venv = ensure_venv(revision, cache_dir, offline=opts.offline)
+        venv = ensure_venv(revision, cache_dir, offline=opts.offline, profile="runtime" if agent_run else "shim")
         timing["venv_s"] = time.perf_counter() - t0
         setup.update({
             "venv_key": venv.key, "venv_path": str(venv.path), "cold": venv.cold,
             "interpreter": venv.interpreter.version_text, "interpreter_path": venv.interpreter.executable,
             "interpreter_reason": venv.manifest.get("interpreter", {}).get("why"),  # type: ignore[union-attr]
             "ignore_requires_python": venv.ignore_requires_python, "deps_source": venv.deps_source,
-            "dependencies": venv.manifest.get("dependencies"), "venv_bytes": venv.bytes,
+            "dependencies": venv.manifest.get("dependencies"), "venv_bytes": venv.bytes, "venv_profile": venv.manifest.get("profile", "shim"),
             "build_timing": venv.timing or None,
         })
         payloads = load_payloads(opts.payload_paths or default_payload_sources())
@@ -400,6 +444,15 @@ def run_gym_check(opts: GymCheckOptions, *, out_dir: Path | None = None) -> GymC
                 live_section, live_findings = run_live(checker, scenarios(list(opts.live_scenarios)), opts.emitter, out_dir)
                 extra += live_findings
                 timing["live_s"] = time.perf_counter() - t0
+        live_gym_section = None
+        if agent_run:
+            from harness.gym_check.live_gym import check_gym_runtime, run_gym_live  # noqa: PLC0415
+
+            t0 = time.perf_counter()
+            check_gym_runtime(venv.python)
+            live_gym_section, gym_findings = run_gym_live(venv.python, opts.agent_scenarios, out_dir)
+            extra += gym_findings
+            timing["live_gym_s"] = time.perf_counter() - t0
     except GymSetupError as exc:
         timing["total_s"] = time.perf_counter() - t_start
         return GymCheckReport(verdict="setup_failed", exit_code=EXIT_SETUP, reason=str(exc), revision=revision_info,
@@ -443,6 +496,7 @@ def run_gym_check(opts: GymCheckOptions, *, out_dir: Path | None = None) -> GymC
         payloads=payload_rows,
         digests=[c.to_json() for c in checks],
         live=live_section,
+        live_gym=live_gym_section,
         planner=PLANNER_NAME,
         timing={k: round(v, 3) for k, v in timing.items()},
     )
@@ -459,9 +513,11 @@ __all__ = [
     "EXIT_DRIFT",
     "EXIT_OK",
     "EXIT_SETUP",
+    "COMPACTION_AGENT",
     "PLANNER_NAME",
     "GymCheckOptions",
     "NamedPayload",
+    "contract_absent",
     "default_payload_sources",
     "envelope_drift",
     "envelope_flavour",

@@ -29,6 +29,8 @@ MANIFEST = "compactsim-gym.json"
 #: A Python at least this new is preferred (the 0.7.0 wheel declares Requires-Python >=3.13.14).
 PREFERRED_MINOR = (3, 13)
 DepsSource = Literal["index", "host"]
+#: "shim": pydantic + openai for the evidence models; "runtime": what the agent and model-server apps import.
+Profile = Literal["shim", "runtime"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,16 +136,22 @@ def _satisfies(version: str, requires_python: str | None) -> bool:
         return False
 
 
-def venv_key(revision: Revision, interpreter: Interpreter, deps_source: DepsSource) -> str:
+def profile_requirements(revision: Revision, profile: Profile) -> tuple[str, ...]:
+    return revision.runtime_requirements if profile == "runtime" else revision.requirements
+
+
+def venv_key(revision: Revision, interpreter: Interpreter, deps_source: DepsSource, profile: Profile = "shim") -> str:
     """Wheels key on their digest; source checkouts are read live, so only their deps matter."""
-    identity = {
+    identity: dict[str, object] = {
         "builder": BUILDER_VERSION,
         "revision": revision.digest if revision.wheel is not None else "source-tree-read-live",
         "python": interpreter.version_text,
         "executable": interpreter.executable,
-        "requirements": list(revision.requirements),
+        "requirements": list(profile_requirements(revision, profile)),
         "deps": deps_source,
     }
+    if profile != "shim":
+        identity["profile"] = profile
     blob = json.dumps(identity, sort_keys=True).encode("utf-8")
     return hashlib.sha256(blob).hexdigest()[:16]
 
@@ -232,12 +240,34 @@ def _link_host_distributions(names: tuple[str, ...], site: Path) -> list[str]:
     return linked
 
 
-def ensure_venv(revision: Revision, cache_dir: Path, *, offline: bool = False) -> BuiltVenv:
-    """Return the revision's venv, building it (under a lock, atomically) when it is not cached."""
+def _cached_runtime(revision: Revision, cache_dir: Path) -> bool:
+    """Whether some runtime venv of this revision is already built (offline live checks reuse it)."""
+    for manifest in (cache_dir / "venvs").glob(f"*/{MANIFEST}"):
+        try:
+            data = json.loads(manifest.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError):
+            continue
+        if data.get("profile") == "runtime" and data.get("revision", {}).get("digest") == revision.digest:
+            return True
+    return False
+
+
+def ensure_venv(revision: Revision, cache_dir: Path, *, offline: bool = False, profile: Profile = "shim") -> BuiltVenv:
+    """Return the revision's venv, building it (under a lock, atomically) when it is not cached.
+
+    The "runtime" profile (`gym-check --live`) installs what the revision's agent and model-server
+    apps import (~0.9 GB for 0.7.0); it needs the index (an offline build links only the shim deps).
+    """
     deps_source: DepsSource = "host" if offline else "index"
-    interpreter, why = choose_interpreter(deps_source=deps_source)
+    if offline and profile == "runtime" and not _cached_runtime(revision, cache_dir):
+        raise GymSetupError("install", "--offline: the revision's runtime venv (agent and model-server apps) is not "
+                                       "cached; run the live check once with the index reachable")
+    interpreter, why = choose_interpreter(deps_source="index" if profile == "runtime" else deps_source)
+    if profile == "runtime":
+        deps_source = "index"
     ignore_rp = not _satisfies(interpreter.version_text, revision.requires_python)
-    key = venv_key(revision, interpreter, deps_source)
+    requirements = profile_requirements(revision, profile)
+    key = venv_key(revision, interpreter, deps_source, profile)
     venvs = cache_dir / "venvs"
     final = venvs / key
     with _locked(venvs / f".{key}.lock"):
@@ -255,10 +285,10 @@ def ensure_venv(revision: Revision, cache_dir: Path, *, offline: bool = False) -
         pip = [py, "-m", "pip", "--disable-pip-version-check", "--no-input", "-q"]
         t0 = time.perf_counter()
         if deps_source == "host":
-            installed = _link_host_distributions(revision.requirements, _site_packages(tmp))
+            installed = _link_host_distributions(requirements, _site_packages(tmp))
         else:
-            _run("install", [*pip, "install", "--no-compile", *revision.requirements])
-            installed = list(revision.requirements)
+            _run("install", [*pip, "install", "--no-compile", *requirements])
+            installed = list(requirements)
         timing["deps_s"] = time.perf_counter() - t0
         t0 = time.perf_counter()
         if revision.wheel is not None:
@@ -277,6 +307,7 @@ def ensure_venv(revision: Revision, cache_dir: Path, *, offline: bool = False) -
             "interpreter": {"executable": interpreter.executable, "version": interpreter.version_text, "why": why},
             "ignore_requires_python": ignore_rp,
             "deps_source": deps_source,
+            "profile": profile,
             "dependencies": installed,
             "bytes": size,
             "build_timing": timing,
@@ -295,12 +326,14 @@ __all__ = [
     "PYTHON_ENV",
     "BuiltVenv",
     "DepsSource",
+    "Profile",
     "Interpreter",
     "choose_interpreter",
     "default_cache_dir",
     "dir_bytes",
     "ensure_venv",
     "host_interpreter",
+    "profile_requirements",
     "repo_root",
     "venv_key",
 ]

@@ -32,12 +32,14 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, NamedTuple
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
-import torch
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from harness.core.errors import ConfigError
+
+if TYPE_CHECKING:  # torch is imported where a tensor is computed, so LossConfig loads without it
+    import torch
 
 #: NeMo's `masked_mean` adds this to every global denominator (loss/utils.py:212-224).
 NORMALIZER_EPS = 1e-8
@@ -195,6 +197,8 @@ class ValidCounts:
 
 def valid_counts(token_mask: torch.Tensor, sample_mask: torch.Tensor) -> ValidCounts:
     """The valid-token and valid-sequence counts of some rows, as NeMo's data layer computes them."""
+    import torch
+
     if token_mask.ndim != 2:
         raise ConfigError("invalid_argument", f"token_mask has shape {tuple(token_mask.shape)}: expected (B, S)")
     _check_shape("sample_mask", sample_mask, (token_mask.shape[0],))
@@ -232,6 +236,8 @@ def clipped_pg_loss(
     `global_valid_tokens` / `global_valid_seqs` come from `valid_counts` over the whole logical
     batch. Computation happens in at least float32 (float64 stays float64).
     """
+    import torch
+
     # --- Check the arguments, then align everything to the next-token frame (B, S-1) ---
     if token_mask.ndim != 2:
         raise ConfigError("invalid_argument", f"token_mask has shape {tuple(token_mask.shape)}: expected (B, S)")
@@ -396,6 +402,8 @@ def _kl_estimate(
     Where the input clamp bites, `weight` is detached, so the clamp stops the score-function
     gradient as well as the estimator's (NeMo utils.py:75-80). The weighted value is then clamped.
     """
+    import torch
+
     x = reference - logprobs  # (B, S-1)
     if input_clamp is not None:
         x_clamped = x.clamp(-input_clamp, input_clamp)
@@ -452,6 +460,8 @@ def _global_count(
     name: str, value: float | torch.Tensor, local: float, dtype: torch.dtype, device: torch.device
 ) -> torch.Tensor:
     """The global normaliser as a tensor, refusing one smaller than this microbatch's own count."""
+    import torch
+
     count = float(value)
     if not math.isfinite(count) or count < local * (1 - 1e-12):  # slack only for fractional sample masks
         raise ConfigError(

@@ -1,25 +1,31 @@
 """`report.html`: one self-contained page (inline CSS, embedded PNG plots and thumbnails, no scripts).
 
-Sections: the suite table; then per scenario its verdict, reproduction command, findings,
-per-step metric plots, and the trace view of each logical rollout (its physical rows as coloured
-token spans, and each row's image history).
+Sections: the suite table; then one collapsible section (`<details>`) per scenario, failed
+scenarios first and open, passing ones closed: its verdict, reproduction command, findings, its
+metrics per step (plots for several steps, a value table for one step; metrics meaningless in the
+scenario's server mode are left out with a sentence saying why), and the trace view of each
+logical rollout (its physical rows as coloured token spans, and each row's image history).
 """
 
 from __future__ import annotations
 
 import html
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from harness.audit import Finding
 from harness.audit.findings import json_value
-from harness.report.plots import format_metric_plot
+from harness.report.plots import HIDDEN_IN_MODE, HIDDEN_REASON, format_metric_plot, metrics_for_mode, plotted_metrics
 from harness.report.records import RolloutView, RowView, ScenarioRecord, SuiteRecord
 
 _CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px;color:#1a202c;background:#fff}
 h1{font-size:22px;margin:0 0 8px}h2{font-size:18px;margin:28px 0 6px;border-bottom:1px solid #cbd5e0}
-h3{font-size:14px;margin:14px 0 4px}code,.mono{font-family:ui-monospace,Menlo,Consolas,monospace;font-size:12px}
+h3{font-size:14px;margin:14px 0 4px}
+details.scenario{border-top:1px solid #cbd5e0;margin:10px 0}details.scenario>summary{cursor:pointer;padding:6px 0}
+details.scenario>summary h2{display:inline;border:0;margin:0}details.traces>summary{cursor:pointer;font-weight:600;margin:10px 0}
+table.values td.key{font-family:ui-monospace,Menlo,Consolas,monospace;font-size:12px}code,.mono{font-family:ui-monospace,Menlo,Consolas,monospace;font-size:12px}
 table{border-collapse:collapse;font-size:13px;margin:6px 0}th,td{border:1px solid #e2e8f0;padding:3px 8px;text-align:left}
 th{background:#edf2f7}td.num{text-align:right}.pass{color:#276749;font-weight:600}.fail{color:#c53030;font-weight:700}
 .meta{color:#4a5568;font-size:13px}.repro{background:#f7fafc;border:1px solid #e2e8f0;padding:4px 8px;display:inline-block}
@@ -130,36 +136,79 @@ def format_legend() -> str:
     return "<p class='legend'>" + "".join(f"<span class='tok {c}'>{c}</span>" for c in _LEGEND) + "</p>"
 
 
+def _metric_value(value: Any) -> str:
+    """A metric as the table shows it: integers exactly, floats to 10 significant digits."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return str(value)
+    if isinstance(value, int):
+        return str(value)
+    return format(value, ".10g") if math.isfinite(value) else str(value)
+
+
+def format_metric_table(metrics: Mapping[str, Any], keys: Sequence[str]) -> str:
+    """One step's values of `keys` (those it reports) as a two-column table, instead of one-point plots."""
+    rows = "".join(f"<tr><td class='key'>{_e(k)}</td><td class='num'>{_e(_metric_value(metrics[k]))}</td></tr>"
+                   for k in keys if k in metrics)
+    return f"<table class='values'><thead><tr><th>metric</th><th>value</th></tr></thead><tbody>{rows}</tbody></table>"
+
+
+def format_metrics(s: ScenarioRecord, *, plot: str | None) -> str:
+    """A scenario's metrics: a plot for several steps, a value table for one, and why a hidden metric is missing."""
+    keys = metrics_for_mode(s.mode)
+    notes = [HIDDEN_REASON[k] for k in HIDDEN_IN_MODE.get(s.mode or "", ())
+             if any(k in m for m in s.step_metrics) and k in HIDDEN_REASON]
+    if len(s.step_metrics) == 1 and plotted_metrics(s.step_metrics, keys):
+        body = format_metric_table(s.step_metrics[0], plotted_metrics(s.step_metrics, keys))
+        title = "Metrics (one step)"
+    elif plot:
+        body = f"<img alt='metrics of {_e(s.name)}' src='data:image/png;base64,{plot}'>"
+        title = "Metrics per step"
+    else:
+        return "<p class='meta'>no step metrics</p>"
+    note = "".join(f"<p class='meta note'>{_e(n)}</p>" for n in notes)
+    return f"<h3>{title}</h3>{body}{note}"
+
+
 def format_scenario(s: ScenarioRecord, *, plot: str | None) -> str:
-    """One scenario's section."""
+    """One scenario's collapsible section: open when it failed, closed when it passed."""
     err = ""
     if s.error is not None:
         err = (f"<p class='meta'>stopped by <code>{_e(s.error.code)}</code> in {_e(s.error.stage)} at step "
                f"{s.error.step} (rollout <code>{_e(s.error.rollout_id)}</code>, turn {s.error.turn_id}): "
                f"{_e(s.error.message)}</p>")
-    plot_html = (f"<h3>Metrics per step</h3><img alt='metrics of {_e(s.name)}' src='data:image/png;base64,{plot}'>"
-                 if plot else "<p class='meta'>no step metrics</p>")
     traces = "".join(format_rollout(v, s.media_urls) for v in s.traces)
-    trace_html = f"<h3>Trace view</h3>{format_legend()}{traces}" if traces else ""
+    trace_html = (f"<details class='traces'{'' if s.passed else ' open'}><summary>Trace view ({len(s.traces)} "
+                  f"rollout view(s))</summary>{format_legend()}{traces}</details>") if traces else ""
+    state = "" if s.passed else " open"
     return (
-        f"<section id='{_anchor(s.name)}'><h2>{_e(s.name)} — <span class='{'pass' if s.passed else 'fail'}'>"
-        f"{s.verdict}</span></h2><p>{_e(s.purpose)}</p>"
-        f"<p class='meta'>tags: {_e(', '.join(s.tags) or '—')} · flavour {_e(s.flavour)} · expected {_e(s.expected)}"
+        f"<details class='scenario' id='{_anchor(s.name)}'{state}><summary><h2>{_e(s.name)} — "
+        f"<span class='{'pass' if s.passed else 'fail'}'>{s.verdict}</span></h2> <span class='meta'>expected "
+        f"{_e(s.expected)} · observed {_e(s.observed)} · {len(s.findings)} finding(s)</span></summary>"
+        f"<p>{_e(s.purpose)}</p>"
+        f"<p class='meta'>tags: {_e(', '.join(s.tags) or '—')} · flavour {_e(s.flavour)}"
+        f"{' · ' + _e(s.mode) + ' mode' if s.mode else ''} · expected {_e(s.expected)}"
         f" · observed {_e(s.observed)} · {s.steps} steps · {s.rows} rows · {s.tokens} tokens</p>"
         f"<p>reproduce: <code class='repro'>{_e(s.reproduce)}</code></p>{err}"
-        f"<h3>Findings</h3>{format_findings(s.findings)}{plot_html}{trace_html}</section>"
+        f"<h3>Findings</h3>{format_findings(s.findings)}{format_metrics(s, plot=plot)}{trace_html}</details>"
     )
 
 
+def default_plots(suite: SuiteRecord) -> dict[str, str | None]:
+    """Plots of the scenarios with two or more steps (one-step scenarios get a value table instead)."""
+    return {s.name: format_metric_plot(s.step_metrics, title=s.name, keys=metrics_for_mode(s.mode))
+            for s in suite.scenarios if len(s.step_metrics) >= 2}
+
+
 def format_report_html(suite: SuiteRecord, *, plots: Mapping[str, str | None] | None = None) -> str:
-    """The whole page; `plots` (scenario → base64 PNG) defaults to drawing them with `format_metric_plot`."""
+    """The whole page; `plots` (scenario → base64 PNG) defaults to `default_plots`. Failed scenarios come first."""
     if plots is None:
-        plots = {s.name: format_metric_plot(s.step_metrics, title=s.name) for s in suite.scenarios}
+        plots = default_plots(suite)
     passed = sum(1 for s in suite.scenarios if s.passed)
     verdict = "pass" if suite.passed else "fail"
     versions = ", ".join(f"{k} {v}" for k, v in sorted(suite.versions.items()))
     gym = suite.gym
-    sections = "".join(format_scenario(s, plot=plots.get(s.name)) for s in suite.scenarios)
+    ordered = sorted(suite.scenarios, key=lambda s: s.passed)  # stable: failed first, each group in run order
+    sections = "".join(format_scenario(s, plot=plots.get(s.name)) for s in ordered)
     return (
         "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
         "<meta name='viewport' content='width=device-width, initial-scale=1'>"
@@ -171,14 +220,20 @@ def format_report_html(suite: SuiteRecord, *, plots: Mapping[str, str | None] | 
         f" · gym: {_e(gym.get('producer'))}, flavour {_e(gym.get('contract_flavour'))}"
         f"{', revision ' + _e((gym.get('revision') or {}).get('spec')) if gym.get('revision') else ''}</p>"
         f"<p class='meta'>{_e(versions)}</p>"
-        f"{format_suite_table(suite)}{sections}</body></html>\n"
+        f"{format_suite_table(suite)}"
+        "<p class='meta'>Below, one section per scenario: failed scenarios first and open, passing ones collapsed "
+        "(click a name to open it).</p>"
+        f"{sections}</body></html>\n"
     )
 
 
 __all__ = [
+    "default_plots",
     "format_findings",
     "format_legend",
     "format_media",
+    "format_metric_table",
+    "format_metrics",
     "format_report_html",
     "format_rollout",
     "format_row",

@@ -22,6 +22,23 @@ PLOTTED_METRICS: tuple[str, ...] = (
 )
 
 
+#: Metrics meaningless in a server mode, left out of that mode's plots and tables (the report says why).
+HIDDEN_IN_MODE: dict[str, tuple[str, ...]] = {"scripted": (M.TOKEN_MULT_PROB_ERROR,)}
+
+#: One sentence per hidden metric, shown where it would have been drawn.
+HIDDEN_REASON: dict[str, str] = {
+    M.TOKEN_MULT_PROB_ERROR: "token_mult_prob_error is not shown: in scripted mode the generation logprobs come from "
+                             "the scenario script, not from the policy, so the trainer's logprobs cannot match them "
+                             "(≈ 1 is healthy only in policy mode, where both sides share the weights).",
+}
+
+
+def metrics_for_mode(mode: str | None, keys: Sequence[str] = PLOTTED_METRICS) -> tuple[str, ...]:
+    """`keys` without the metrics that mean nothing in `mode` (all of them when the mode is unknown)."""
+    hidden = HIDDEN_IN_MODE.get(mode or "", ())
+    return tuple(k for k in keys if k not in hidden)
+
+
 def plotted_metrics(steps: Sequence[Mapping[str, float | int]], keys: Sequence[str] = PLOTTED_METRICS) -> tuple[str, ...]:
     """The keys of `keys` that at least one step reports with a finite value."""
     out = []
@@ -64,4 +81,5 @@ def format_metric_plot(steps: Sequence[Mapping[str, float | int]], *, title: str
     return base64.b64encode(buf.getvalue()).decode("ascii")
 
 
-__all__ = ["PLOTTED_METRICS", "format_metric_plot", "plotted_metrics"]
+__all__ = ["HIDDEN_IN_MODE", "HIDDEN_REASON", "PLOTTED_METRICS", "format_metric_plot", "metrics_for_mode",
+           "plotted_metrics"]

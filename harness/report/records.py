@@ -83,6 +83,9 @@ class ScenarioRecord:
     #: Wall-clock seconds in total and per stage (not in summary.json).
     seconds: float = 0.0
     stage_seconds: Mapping[str, float] = field(default_factory=dict)
+    #: The mock server's mode ("scripted" or "policy"); None when unknown. Decides which metrics the
+    #: report draws (not in summary.json).
+    mode: str | None = None
 
     @property
     def verdict(self) -> str:

@@ -127,15 +127,31 @@ def test_gym_check_offline_without_cached_wheel_fails_at_download(tmp_path: Path
     assert report.reason is not None and report.reason.startswith("gym setup failed at download: nemo-gym==0.0.1 is not in the cache")
 
 
-def test_gym_check_revision_without_evidence_models_fails_at_import(cache_dir: Path, tmp_path: Path) -> None:
-    empty = tmp_path / "empty-rev"
-    (empty / "nemo_gym").mkdir(parents=True)
-    (empty / "nemo_gym" / "__init__.py").write_text("", encoding="utf-8")
-    (empty / "pyproject.toml").write_text('[project]\nname = "x"\nversion = "0"\ndependencies = ["pydantic"]\n', encoding="utf-8")
+def _bare_revision(root: Path) -> Path:
+    (root / "nemo_gym").mkdir(parents=True)
+    (root / "nemo_gym" / "__init__.py").write_text("", encoding="utf-8")
+    (root / "pyproject.toml").write_text('[project]\nname = "x"\nversion = "0"\ndependencies = ["pydantic"]\n', encoding="utf-8")
+    return root
+
+
+def test_gym_check_revision_without_the_compaction_agent_is_contract_absent(cache_dir: Path, tmp_path: Path) -> None:
+    empty = _bare_revision(tmp_path / "empty-rev")
     report = run_gym_check(GymCheckOptions(spec=str(empty), offline=True, cache_dir=cache_dir))
-    assert report.exit_code == 2
+    assert (report.verdict, report.exit_code) == ("contract_absent", 3)
+    assert report.reason is not None and report.reason.startswith(
+        "contract absent: nemo-gym 0 has no responses_api_agents.simple_agent_with_compaction (ModuleNotFoundError")
+
+
+def test_gym_check_revision_with_a_broken_compaction_agent_fails_at_import(cache_dir: Path, tmp_path: Path) -> None:
+    broken = _bare_revision(tmp_path / "broken-rev")
+    agent = broken / "responses_api_agents" / "simple_agent_with_compaction"
+    agent.mkdir(parents=True)
+    for pkg in (agent.parent, agent):
+        (pkg / "__init__.py").write_text("", encoding="utf-8")
+    report = run_gym_check(GymCheckOptions(spec=str(broken), offline=True, cache_dir=cache_dir))
+    assert (report.verdict, report.exit_code) == ("setup_failed", 2)
     assert report.reason is not None and report.reason.startswith("gym setup failed at import: no evidence envelope found")
-    assert "No module named 'responses_api_agents'" in report.reason
+    assert "simple_agent_with_compaction.compaction" in report.reason
 
 
 def test_gym_setup_error_names_its_step() -> None:
@@ -156,11 +172,21 @@ def test_gym_summary_record_names_revision_and_flavour(cache_dir: Path, tmp_path
 
 
 def test_gym_check_live_needs_the_revisions_own_session(cache_dir: Path) -> None:
-    report = run_gym_check(GymCheckOptions(spec=str(FIXTURE), offline=True, cache_dir=cache_dir, live=True))
+    report = run_gym_check(GymCheckOptions(spec=str(FIXTURE), offline=True, cache_dir=cache_dir, live=True, agent=False))
     assert (report.verdict, report.exit_code) == ("setup_failed", 2)
     assert report.reason == (
         "gym setup failed at checker: live failed inside the revision: "
         "RuntimeError: the revision has no ContextCompactionSession"
+    )
+
+
+def test_gym_check_live_agent_offline_needs_a_cached_runtime(cache_dir: Path) -> None:
+    """The agent run needs the revision's full runtime; offline without it cached is a setup failure (exit 2)."""
+    report = run_gym_check(GymCheckOptions(spec=str(FIXTURE), offline=True, cache_dir=cache_dir, live=True))
+    assert (report.verdict, report.exit_code) == ("setup_failed", 2)
+    assert report.reason == (
+        "gym setup failed at install: --offline: the revision's runtime venv (agent and model-server apps) is not "
+        "cached; run the live check once with the index reachable"
     )
 
 

@@ -11,7 +11,7 @@ import pytest
 
 from agents import InProcessServers, LocalExecutor, PRESETS, RetryPolicy, RolloutScript, RolloutSpec, collect, policy_preset
 from agents.collect import HttpServers, server_script
-from agents.script import scripted_turns
+from agents.rollout.script import scripted_turns
 from harness.core import tokenizer as tok
 from harness.core.errors import ContractError
 from harness.pipeline.planner import plan_rollout

@@ -6,7 +6,7 @@ import pytest
 
 from agents import InProcessServers, LocalExecutor, RayExecutor, RolloutScript, RolloutSpec, collect, policy_preset
 from agents.collect import server_script
-from agents.script import scripted_turns
+from agents.rollout.script import scripted_turns
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300),
               pytest.mark.filterwarnings("ignore:Using `httpx` with `starlette.testclient`")]

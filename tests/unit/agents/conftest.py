@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from agents.record import RolloutRecord
-from agents.script import RolloutSpec
-from agents.session import CompactionSession
+from agents.rollout.record import RolloutRecord
+from agents.rollout.script import RolloutSpec
+from agents.rollout.session import CompactionSession
 from tests.unit.agents.agent_helpers import drive_session, make_spec, model_answer, reference_record as _reference
 
 
@@ -59,7 +59,7 @@ def mock_model() -> Iterator[Callable[..., Any]]:
 @pytest.fixture
 def run_agent(mock_model) -> Callable[..., RolloutRecord]:
     """`run_agent(spec, retry=None, **server_settings)` → the record of one rollout against the mock server."""
-    from agents.loop import RetryPolicy, ScriptedAgent
+    from agents.rollout.loop import RetryPolicy, ScriptedAgent
 
     def run(spec: RolloutSpec, *, retry: RetryPolicy | None = None, **settings: Any) -> RolloutRecord:
         with mock_model([spec], **settings) as client:

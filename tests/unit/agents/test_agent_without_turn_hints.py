@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from agents.loop import RetryPolicy, ScriptedAgent
-from agents.presets import PRESETS
+from agents.rollout.loop import RetryPolicy, ScriptedAgent
+from agents.compaction.presets import PRESETS
 
 
 def _evidence(record) -> list[tuple]:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from agents.compaction_config import ContextHistoryConfig
-from agents.presets import PRESETS, policy_preset
-from agents.script import ImageSpec, RolloutScript, scripted_turns
+from agents.compaction.config import ContextHistoryConfig
+from agents.compaction.presets import PRESETS, policy_preset
+from agents.rollout.script import ImageSpec, RolloutScript, scripted_turns
 from harness.core import chat_template as ct
 from harness.core.digests import canonical_digest
 

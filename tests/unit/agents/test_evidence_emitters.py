@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from agents.emitters import emit_response, emit_result
-from agents.ground_truth import ground_truth_log
-from agents.record import RolloutFailure
+from agents.evidence import emit_response, emit_result
+from agents.rollout.ground_truth import ground_truth_log
+from agents.rollout.record import RolloutFailure
 from harness.core.contract import GymResponse, RunResult
 from harness.core.digests import generation_evidence_digest
 from harness.core.errors import ContractError
@@ -26,7 +26,7 @@ def k2_record(request):
     from fastapi.testclient import TestClient
 
     from agents.collect import server_script
-    from agents.loop import ScriptedAgent
+    from agents.rollout.loop import ScriptedAgent
     from mock_servers.model_server import ServerSettings, create_app
 
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from agents.gym_live import (
+from agents.evidence.live import (
     emit_live_script,
     gym_input_items,
     gym_observation_item,
@@ -16,7 +16,7 @@ from agents.gym_live import (
     live_record,
     sampling_config,
 )
-from agents.session import EvidenceViolation
+from agents.rollout.session import EvidenceViolation
 from harness.core.errors import ConfigError
 from harness.gym_check.live import (
     DEFAULT_EMITTER_HOOK,

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from agents.emitters import emit_full, emit_pr2870, emit_transport
-from agents.session import EvidenceViolation, capture_observed_completion
+from agents.evidence import emit_full, emit_pr2870, emit_transport
+from agents.rollout.session import EvidenceViolation, capture_observed_completion
 from harness.core.digests import generation_evidence_digest, stable_id
 
 

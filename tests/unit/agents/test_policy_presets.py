@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from agents.presets import PRESETS, policy_preset
+from agents.compaction.presets import PRESETS, policy_preset
 from harness.core.errors import ConfigError
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from agents.history import SemanticHistory, semantic_part_digest, view_digest
+from agents.compaction.history import SemanticHistory, semantic_part_digest, view_digest
 from agents.items import function_call_output, input_image, input_text, strip_completion_evidence, user_message
 from harness.core.digests import canonical_digest
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+from dataclasses import replace
 
 from harness.audit import observed_from_artifact
 from harness.report import (
@@ -16,7 +17,7 @@ from harness.report import (
 )
 from harness.report.trace_view import position_classes
 from tests.unit.audit.audit_builders import artifact
-from tests.unit.report.report_builders import suite
+from tests.unit.report.report_builders import mixed_suite, png_data_url, record, suite
 
 
 def test_summary_has_stable_keys_and_no_timings():
@@ -78,14 +79,13 @@ def test_html_page_is_self_contained_with_table_findings_plots_and_traces():
     for fragment in ("<table class='suite'>", "audit-fixture", "class='fail'>FAIL", "<code>row.tokens</code>",
                      "reproduce: <code class='repro'>compactsim run audit-fixture --seed 7</code>",
                      "data:image/png;base64,", "class='tok sampled boundary sentinel'", "class='tok padding'",
-                     "flagged at [5]", "<img src='data:image/png;base64,iVBORw0KGgo=' alt='m1'>"):
+                     "flagged at [5]", f"<img src='{png_data_url()}' alt='m1'>"):
         assert fragment in page, fragment
     assert "<script" not in page and "http://" not in page and "https://" not in page
 
 
 def test_html_escapes_scenario_text():
     s = suite(broken=False)
-    from dataclasses import replace
 
     rec = replace(s.scenarios[0], purpose="<b>bold</b> & more")
     page = format_report_html(replace(s, scenarios=(rec,)), plots={})
@@ -97,3 +97,46 @@ def test_metric_plot_is_a_png_and_absent_without_metrics():
     png = format_metric_plot([{"token_mult_prob_error": 1.0, "loss": 0.5}, {"token_mult_prob_error": 1.0, "loss": 0.25}])
     assert png is not None and base64.b64decode(png)[:8] == b"\x89PNG\r\n\x1a\n"
     assert format_metric_plot([{"something_else": 1.0}]) is None
+
+
+def test_sections_collapse_failed_first_and_open():
+    page = format_report_html(mixed_suite(), plots={})
+    failing = page.index("<details class='scenario' id='scenario-failing-two-steps' open>")
+    passing = page.index("<details class='scenario' id='scenario-passing-one-step'>")
+    assert failing < passing  # run order was passing first
+    assert page.count("<details class='scenario'") == 2
+    assert page.count("<details class='traces' open>") == 1 and page.count("<details class='traces'>") == 1
+    assert page.index("<a href='#scenario-passing-one-step'>") < page.index("<a href='#scenario-failing-two-steps'>")
+
+
+def test_one_step_scenario_gets_a_value_table_not_a_plot():
+    from harness.report.html import default_plots, format_metrics
+
+    s = mixed_suite()
+    plots = default_plots(s)
+    assert list(plots) == ["failing-two-steps"] and plots["failing-two-steps"] is not None
+    one = s.scenarios[0]
+    html = format_metrics(one, plot=None)
+    assert html.startswith("<h3>Metrics (one step)</h3><table class='values'>")
+    assert ("<tr><td class='key'>physical_trace_training/num_physical_rows</td><td class='num'>3</td></tr>" in html)
+    assert "<img" not in html
+
+
+def test_scripted_token_mult_prob_error_is_left_out_and_explained():
+    from harness.report.html import format_metrics
+    from harness.report.plots import metrics_for_mode
+
+    assert metrics_for_mode("scripted")[:2] == ("loss", "grad_norm")
+    assert metrics_for_mode("policy")[0] == metrics_for_mode(None)[0] == "token_mult_prob_error"
+    metrics = {"token_mult_prob_error": 251.5, "loss": 0.5, "total_num_tokens": 36}
+    scripted = replace(record(steps=1, mode="scripted"), step_metrics=(metrics,))
+    html = format_metrics(scripted, plot=None)
+    assert "<td class='key'>token_mult_prob_error</td>" not in html
+    assert "<tr><td class='key'>loss</td><td class='num'>0.5</td></tr>" in html
+    assert html.endswith("<p class='meta note'>token_mult_prob_error is not shown: in scripted mode the generation "
+                         "logprobs come from the scenario script, not from the policy, so the trainer&#x27;s logprobs "
+                         "cannot match them (≈ 1 is healthy only in policy mode, where both sides share the "
+                         "weights).</p>")
+    policy = format_metrics(replace(scripted, mode="policy"), plot=None)
+    assert "<tr><td class='key'>token_mult_prob_error</td><td class='num'>251.5</td></tr>" in policy
+    assert "note" not in policy

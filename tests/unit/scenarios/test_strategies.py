@@ -17,7 +17,7 @@ from scenarios.strategies import (
     scenarios,
     turns,
 )
-from agents.presets import policy_preset
+from agents.compaction.presets import policy_preset
 
 
 @pytest.mark.parametrize(

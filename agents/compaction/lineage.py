@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
-from agents.history import SemanticHistory, semantic_part_digest
+from agents.compaction.history import SemanticHistory, semantic_part_digest
 from harness.core.digests import canonical_digest
 
 Disposition = Literal["kept", "dropped", "replaced", "summarized", "transformed"]

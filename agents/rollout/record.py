@@ -6,10 +6,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from agents.controller import ChunkRecord, RewriteBoundary
-from agents.lineage import LineageDelta, PolicyDecision
-from agents.script import RolloutSpec
-from agents.session import CompactionSession, GenerationContract, ObservedCompletion, PreparedCall
+from agents.compaction.controller import ChunkRecord, RewriteBoundary
+from agents.compaction.lineage import LineageDelta, PolicyDecision
+from agents.rollout.script import RolloutSpec
+from agents.rollout.session import CompactionSession, GenerationContract, ObservedCompletion, PreparedCall
 
 StopReason = Literal["no_tool_call", "max_steps", "length"]
 FailureKind = Literal[

@@ -13,8 +13,8 @@ from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from agents.compaction_config import ContextHistoryConfig
-from agents.images import SHAPES, ImageRecipe, png_data_url, render_png
+from agents.compaction.config import ContextHistoryConfig
+from agents.media.images import SHAPES, ImageRecipe, png_data_url, render_png
 from agents.items import input_image, input_text, user_message
 from harness.core.evidence import FLAVOURS
 from harness.core.seeds import check_seed, derive_int

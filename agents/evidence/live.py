@@ -22,12 +22,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from agents.compaction_config import ContextHistoryConfig
-from agents.emitters import emit_transport
-from agents.gym_items import gym_input_items, gym_observation_item, gym_output_item
-from agents.record import ModelCallLog, RolloutRecord, StopReason, record_from_session
-from agents.script import RolloutScript, RolloutSpec, TurnScript
-from agents.session import CompactionSession, build_generation_contract
+from agents.compaction.config import ContextHistoryConfig
+from agents.evidence.gym_transport import emit_transport
+from agents.rollout.gym_items import gym_input_items, gym_observation_item, gym_output_item
+from agents.rollout.record import ModelCallLog, RolloutRecord, StopReason, record_from_session
+from agents.rollout.script import RolloutScript, RolloutSpec, TurnScript
+from agents.rollout.session import CompactionSession, build_generation_contract
 from harness.core.errors import ConfigError
 
 #: `LiveScript.model_server`'s default (Gym's compaction model server ref, reference §8).

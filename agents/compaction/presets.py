@@ -19,7 +19,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from agents.compaction_config import ContextHistoryConfig
+from agents.compaction.config import ContextHistoryConfig
 from harness.core.errors import ConfigError
 
 #: Presets worth listing (any name the grammar accepts works).

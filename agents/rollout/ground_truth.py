@@ -33,8 +33,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from agents.items import TOKEN_FIELDS, is_image_part
-from agents.media import media_id_for
-from agents.record import ModelCallLog, RolloutRecord
+from agents.media.arena import media_id_for
+from agents.rollout.record import ModelCallLog, RolloutRecord
 from harness.core.trace_plan import physical_trace_id
 
 FORMAT = "compactsim.ground_truth"

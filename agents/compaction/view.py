@@ -7,9 +7,9 @@ from copy import deepcopy
 from dataclasses import dataclass
 from typing import Any
 
-from agents.history import SemanticHistory
-from agents.lineage import PolicyDecision
-from agents.policies import Artifact, HistoryViewPlan
+from agents.compaction.history import SemanticHistory
+from agents.compaction.lineage import PolicyDecision
+from agents.compaction.policies import Artifact, HistoryViewPlan
 
 
 @dataclass(frozen=True, slots=True)

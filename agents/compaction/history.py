@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agents.items import IMAGE_PART_TYPES, strip_completion_evidence
-from agents.media import MediaArena
+from agents.media.arena import MediaArena
 from harness.core.digests import canonical_digest
 
 #: Gym's built-in semantic part kinds (others must be registered before use).

@@ -13,12 +13,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from agents.compaction_config import ContextHistoryConfig
-from agents.controller import PreparedView, RewriteBoundary, build_controller
-from agents.history import SemanticHistory
+from agents.compaction.config import ContextHistoryConfig
+from agents.compaction.controller import PreparedView, RewriteBoundary, build_controller
+from agents.compaction.history import SemanticHistory
 from agents.items import TOKEN_FIELDS, is_token_bearing
-from agents.lineage import LineageDelta, PolicyDecision, UnitLineageRecord, lineage_delta
-from agents.policies import build_policy
+from agents.compaction.lineage import LineageDelta, PolicyDecision, UnitLineageRecord, lineage_delta
+from agents.compaction.policies import build_policy
 from harness.core.digests import canonical_digest, stable_id
 
 #: Gym's reasons why its generation contract is never training-eligible.

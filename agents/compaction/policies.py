@@ -13,7 +13,7 @@ from typing import Any, Protocol, TypeVar
 
 from pydantic import BaseModel
 
-from agents.compaction_config import (
+from agents.compaction.config import (
     POLICY_TYPES,
     HistoryPolicyConfig,
     RecencyHistoryPolicyConfig,
@@ -21,8 +21,8 @@ from agents.compaction_config import (
     ThinkStripConfig,
     ToolOutputTruncationConfig,
 )
-from agents.history import SemanticEvent, SemanticHistory, SemanticPart, semantic_part_digest
-from agents.lineage import Disposition, PolicyDecision, build_lineage
+from agents.compaction.history import SemanticEvent, SemanticHistory, SemanticPart, semantic_part_digest
+from agents.compaction.lineage import Disposition, PolicyDecision, build_lineage
 from harness.core.digests import canonical_digest, ordered_id_digest
 
 EventPart = tuple[SemanticEvent, SemanticPart]

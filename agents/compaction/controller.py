@@ -12,11 +12,11 @@ from collections import Counter
 from dataclasses import dataclass, replace
 from typing import Any
 
-from agents.compaction_config import CompactionScheduleConfig
-from agents.history import SemanticHistory, semantic_part_digest, view_digest
-from agents.lineage import Disposition, build_lineage
-from agents.materialize import MaterializedView, append_compatible, materialize
-from agents.policies import HistoryPolicy, HistoryViewPlan, KeepRef
+from agents.compaction.config import CompactionScheduleConfig
+from agents.compaction.history import SemanticHistory, semantic_part_digest, view_digest
+from agents.compaction.lineage import Disposition, build_lineage
+from agents.compaction.view import MaterializedView, append_compatible, materialize
+from agents.compaction.policies import HistoryPolicy, HistoryViewPlan, KeepRef
 from harness.core.digests import canonical_digest, ordered_id_digest
 
 

@@ -18,12 +18,12 @@ from typing import Any, Literal, Protocol
 
 import httpx
 
-from agents.emitters import emit_response, emit_result, responses_create_params
-from agents.ground_truth import ground_truth_log
-from agents.loop import CallFailed, RetryPolicy, ScriptedAgent, post_json
-from agents.ray_local import local_ray
-from agents.record import RolloutFailure, RolloutRecord
-from agents.script import RolloutSpec
+from agents.evidence import emit_response, emit_result, responses_create_params
+from agents.rollout.ground_truth import ground_truth_log
+from agents.rollout.loop import CallFailed, RetryPolicy, ScriptedAgent, post_json
+from agents.collect.ray_local import local_ray
+from agents.rollout.record import RolloutFailure, RolloutRecord
+from agents.rollout.script import RolloutSpec
 from harness.core.digests import canonical_digest
 
 
@@ -247,7 +247,7 @@ class RayExecutor:
 
 
 def ray_session(num_cpus: int):  # -> ContextManager[None]
-    """Ray on 127.0.0.1 for collection (see `agents.ray_local.local_ray`)."""
+    """Ray on 127.0.0.1 for collection (see `agents.collect.ray_local.local_ray`)."""
     return local_ray(num_cpus)
 
 

@@ -1,0 +1,1 @@
+"""Synthetic media: deterministic pictures (`images`) and the per-rollout media arena (`arena`)."""
