@@ -8,6 +8,7 @@ rollouts are split into rounds; each round runs on the local executor and then o
 stays up between rounds, so its start-up is not counted). Reports the median rollouts/s of each,
 their ratio, and the share of rollout time spent in the server (HTTP round trip included), the
 agent (compaction, evidence capture) and the emitters (evidence + ground-truth log).
+Figures also go to `bench/results/rollouts.json`.
 """
 
 from __future__ import annotations
@@ -15,12 +16,18 @@ from __future__ import annotations
 import argparse
 import contextlib
 import statistics
+import sys
 import time
 import warnings
+from pathlib import Path
 
 from agents import InProcessServers, LocalExecutor, RayExecutor, RolloutScript, RolloutSpec, collect, policy_preset
 from agents.collect import CollectedRollout, ray_session, server_script
-from agents.script import scripted_turns
+from agents.rollout.script import scripted_turns
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.results_io import Metric, write_result  # noqa: E402
 
 warnings.filterwarnings("ignore", message=".*starlette.testclient.*")
 
@@ -47,12 +54,16 @@ def run_round(executor, specs: list[RolloutSpec]) -> tuple[float, list[Collected
     return len(specs) / elapsed, out
 
 
-def shares(collected: list[CollectedRollout]) -> str:
+def share_values(collected: list[CollectedRollout]) -> dict[str, float]:
     server = sum(c.timings.server_s for c in collected)
     agent = sum(c.timings.agent_s for c in collected)
     emitter = sum(c.timings.emitter_s for c in collected)
     total = server + agent + emitter or 1.0
-    return f"server {server / total:.0%}  agent {agent / total:.0%}  emitter {emitter / total:.0%}"
+    return {"server": server / total, "agent": agent / total, "emitter": emitter / total}
+
+
+def shares(collected: list[CollectedRollout]) -> str:
+    return "  ".join(f"{k} {v:.0%}" for k, v in share_values(collected).items())
 
 
 def main() -> None:
@@ -87,10 +98,20 @@ def main() -> None:
     for kind in kinds:
         print(f"{kind:>5}: median {statistics.median(rates[kind]):6.1f} rollouts/s  "
               f"(rounds: {', '.join(f'{r:.1f}' for r in rates[kind])})  {shares(collected[kind])}")
+    metrics = [Metric(f"{kind} collection", statistics.median(rates[kind]), "rollouts/s") for kind in kinds]
+    metrics += [Metric(f"{kind} time in the server", share_values(collected[kind])["server"], "share") for kind in kinds]
     if len(kinds) == 2:
         ratios = [b / a for a, b in zip(rates[kinds[0]], rates[kinds[1]])]
         print(f"{kinds[1]}/{kinds[0]}: median {statistics.median(ratios):.2f}x (n={len(ratios)}, "
               f"{per_round} rollouts x {args.calls} calls per round)")
+        metrics.append(Metric(f"{kinds[1]} / {kinds[0]} rollouts/s", statistics.median(ratios), "x"))
+    write_result(
+        "rollouts",
+        workload={"rollouts": per_round * args.rounds, "calls": args.calls, "rounds": args.rounds,
+                  "workers": args.workers, "executors": kinds, "mode": "scripted", "policy": "recency-images-k2"},
+        metrics=metrics,
+        figures={"rates": rates, "shares": {k: share_values(collected[k]) for k in kinds}},
+    )
 
 
 if __name__ == "__main__":

@@ -4,9 +4,17 @@ Both servers run as uvicorn subprocesses on 127.0.0.1 (one worker each, the same
 this process drives 32 concurrent clients (httpx, keep-alive) against each in interleaved rounds
 after a burn-in. The bare endpoint returns a fixed body of the same size as a scripted answer, so
 the ratio measures what the mock costs on top of FastAPI: parsing, digesting, rendering, scripted
-logprobs/routes and serialisation. Policy-mode generation speed is measured in-process (no HTTP).
+logprobs/routes and serialisation. The in-process ASGI comparison (no sockets) isolates the
+handler cost; target: scripted mock >= 0.5x the bare handler's requests/s.
+
+Policy-mode generation speed is measured in-process (no HTTP), side by side against the
+module-path cached decoding that preceded the decode fast path (`ModulePathDecoding`: the same
+KV cache, run through `_Block.forward` and module calls); both must sample the same tokens with
+the same logprobs and routes. Target: >= 4x generated tokens/s.
 
     .venv/bin/python bench/bench_server.py [--rounds 5] [--per-client 10]
+
+Figures also go to `bench/results/server.json`.
 """
 
 from __future__ import annotations
@@ -27,6 +35,10 @@ from starlette.requests import Request  # module level: the bare app's annotatio
 from starlette.responses import Response
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from bench.results_io import Metric, write_result  # noqa: E402
+
 CLIENTS = 32
 
 
@@ -197,26 +209,101 @@ async def _asgi_bench(n: int) -> dict:
             "ratio": statistics.median(m / b for m, b in zip(out["mock"], out["bare"])), "n": len(out["mock"]), "requests": n}
 
 
-def _policy_bench(requests: int, dtype: str) -> dict:
-    """Policy-mode generation in-process: generated tokens per second (prompt ~60 tokens, 28 generated)."""
+class ModulePathDecoding:
+    """The policy with the module-path cached decoding: the baseline of the decode fast path.
+
+    Prefill and each extension run the blocks' own `forward` (with the KV cache) and the final
+    norm/head as modules, as `TinyPolicy.start_decoding`/`extend_decoding` did before; every other
+    attribute (config, `sequence_logprobs`) is the wrapped policy's.
+    """
+
+    def __init__(self, policy) -> None:
+        self._policy = policy
+
+    def __getattr__(self, name: str):
+        return getattr(self._policy, name)
+
+    def _run(self, ids, images, past, offset: int):
+        import torch
+
+        from harness.core import tokenizer as tok
+        from harness.core.policy import _sinusoid
+
+        m = self._policy
+        h = m.tok_emb(ids)
+        if images:
+            is_img = ids == tok.IMAGE
+            if bool(is_img.any()):
+                bidx, sidx = is_img.nonzero(as_tuple=True)
+                h = h.index_put((bidx, sidx), m.embed_images(images))
+        n = ids.shape[1]
+        h = h + _sinusoid(offset + n, m.config.d_model, dtype=h.dtype, device=h.device)[offset:]
+        new_past = []
+        for layer, block in enumerate(m.blocks):
+            h, _, kv = block(h, None, None if past is None else past[layer])
+            new_past.append(kv)
+        with torch.no_grad():
+            logprobs = m.lm_head(m.ln_f(h[0, -1])).log_softmax(-1)
+        return tuple(new_past), logprobs
+
+    def start_decoding(self, input_ids, images=()):
+        import torch
+
+        from harness.core.policy import DecodeState
+
+        with torch.no_grad():
+            ids = torch.as_tensor(list(input_ids), dtype=torch.long, device=self._policy.device)[None]
+            past, lp = self._run(ids, list(images), None, 0)
+        return DecodeState(length=ids.shape[1], past=past, logprobs=lp)
+
+    def extend_decoding(self, state, new_ids):
+        import torch
+
+        from harness.core.policy import DecodeState
+
+        if not list(new_ids):
+            return state
+        with torch.no_grad():
+            ids = torch.as_tensor(list(new_ids), dtype=torch.long, device=self._policy.device)[None]
+            past, lp = self._run(ids, [], state.past, state.length)
+        return DecodeState(length=state.length + ids.shape[1], past=past, logprobs=lp)
+
+
+def _policy_bench(requests: int, dtype: str, rounds: int = 5) -> dict:
+    """Policy-mode generation in-process, fast path vs module path, interleaved: generated tokens per second."""
     from harness.core.chat_template import render_chat
     from harness.core.policy import configure_determinism
     from mock_servers.model_server.engine import CallKey, Engine
     from mock_servers.model_server.settings import PolicySettings, ServerSettings
 
     configure_determinism()
-    engine = Engine(ServerSettings(mode="policy", seed=1, policy=PolicySettings(dtype=dtype, default_reasoning_bytes=8,
-                                                                               default_text_bytes=16)))
+    settings = ServerSettings(mode="policy", seed=1, policy=PolicySettings(dtype=dtype, default_reasoning_bytes=8,
+                                                                            default_text_bytes=16))
+    fast, slow = Engine(settings), Engine(settings)
+    slow._policy = ModulePathDecoding(slow.policy)  # same weights, the earlier decoding
     prompts = [render_chat(b["messages"]) for b in _bodies()[:requests]]
-    engine.generate(prompts[0], request_digest="burnin", key=CallKey("b", 0, False), max_tokens=None)
-    t0 = time.perf_counter()
-    tokens = 0
-    for i, p in enumerate(prompts):
-        gen = engine.generate(p, request_digest=f"bench-{i}", key=CallKey("b", 0, False), max_tokens=None)
-        tokens += len(gen.sampled_ids)
-    dt = time.perf_counter() - t0
-    return {"tokens_per_s": tokens / dt, "tokens": tokens, "requests": requests, "dtype": dtype,
-            "prompt_tokens": len(prompts[0].token_ids)}
+
+    def run(engine: Engine) -> list:
+        return [engine.generate(p, request_digest=f"bench-{i}", key=CallKey("b", 0, False), max_tokens=None)
+                for i, p in enumerate(prompts)]
+
+    a, b = run(slow), run(fast)  # burn-in, and both must produce the same evidence
+    for x, y in zip(a, b, strict=True):
+        assert x.sampled_ids == y.sampled_ids and x.logprobs == y.logprobs, "decode fast path changed the sampled tokens"
+        assert x.routes is None and y.routes is None or (x.routes == y.routes).all()
+    tokens = sum(len(g.sampled_ids) for g in b)
+    t_fast, t_slow = [], []
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        run(slow)
+        t_slow.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        run(fast)
+        t_fast.append(time.perf_counter() - t0)
+    return {"tokens_per_s": tokens / statistics.median(t_fast), "baseline_tokens_per_s": tokens / statistics.median(t_slow),
+            "speedup": statistics.median(s_ / f for s_, f in zip(t_slow, t_fast)), "tokens": tokens, "requests": requests,
+            "dtype": dtype, "prompt_tokens": len(prompts[0].token_ids), "rounds": rounds,
+            "fast_s": t_fast, "baseline_s": t_slow}
 
 
 def main() -> None:
@@ -236,11 +323,26 @@ def main() -> None:
     print(f"  scripted: {h['mock_rps']:8.1f} req/s  p50 {h['mock_p50_ms']:6.2f} ms  p99 {h['mock_p99_ms']:6.2f} ms")
     a = asyncio.run(_asgi_bench(200))
     print(f"in-process ASGI handler cost, scripted mock/bare: median {a['ratio']:.2f}x (n={a['n']} rounds of {a['requests']} "
-          f"sequential requests; bare {a['bare_rps']:.0f} req/s, scripted {a['mock_rps']:.0f} req/s)")
+          f"sequential requests; bare {a['bare_rps']:.0f} req/s, scripted {a['mock_rps']:.0f} req/s; target >= 0.5x)")
+    policy = {}
     for dtype in ("float64", "float32"):
-        p = _policy_bench(args.policy_requests, dtype)
-        print(f"policy mode ({p['dtype']}, CPU, 1 thread): {p['tokens_per_s']:.0f} generated tokens/s "
-              f"({p['tokens']} tokens over {p['requests']} requests, prompts of {p['prompt_tokens']} tokens)")
+        p = policy[dtype] = _policy_bench(args.policy_requests, dtype)
+        print(f"policy mode ({p['dtype']}, CPU, 1 thread): {p['tokens_per_s']:.0f} generated tokens/s vs "
+              f"{p['baseline_tokens_per_s']:.0f} module-path decoding: median {p['speedup']:.2f}x (n={p['rounds']}; "
+              f"{p['tokens']} tokens over {p['requests']} requests, prompts of {p['prompt_tokens']} tokens; target >= 4x)")
+    write_result(
+        "server",
+        workload={"clients": CLIENTS, "rounds": args.rounds, "per_client": args.per_client,
+                  "response_bytes": h["response_bytes"], "asgi_requests": a["requests"],
+                  "policy_requests": args.policy_requests},
+        metrics=[Metric("scripted mock / bare FastAPI, in-process handler", a["ratio"], "x", ">= 0.5"),
+                 Metric("scripted mock / bare FastAPI, HTTP", h["ratio"], "x"),
+                 Metric("policy decode (float64) / module-path decode", policy["float64"]["speedup"], "x", ">= 4"),
+                 Metric("policy decode (float32) / module-path decode", policy["float32"]["speedup"], "x", ">= 4"),
+                 Metric("policy generation float64", policy["float64"]["tokens_per_s"], "tokens/s"),
+                 Metric("scripted mock in-process", a["mock_rps"], "req/s")],
+        figures={"http": h, "asgi": a, "policy": policy},
+    )
 
 
 if __name__ == "__main__":

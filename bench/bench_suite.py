@@ -9,7 +9,8 @@ writing) and prints total wall seconds, peak resident memory, and the share of w
 each runner stage (collect = agents + mock servers, plan, materialize, train, weights, oracle,
 audit, write = artifact encoding). Part 2 measures, after a burn-in, the same small scenarios
 with the mock servers on real loopback ports (http) against in-process ASGI, interleaved, and
-prints the median ratio with the counts behind it. No test asserts these numbers.
+prints the median ratio with the counts behind it. No test asserts these numbers. Figures also
+go to `bench/results/suite.json`.
 """
 
 from __future__ import annotations
@@ -25,10 +26,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 warnings.filterwarnings("ignore", category=DeprecationWarning)
 
+from bench.results_io import Metric, write_result  # noqa: E402
+
 QUICK = ("explicit-logprobs", "image-compaction-k2-rolling", "summary-compaction", "legacy-token-merge-drift")
 
 
-def _suite(names: tuple[str, ...]) -> None:
+def _suite(names: tuple[str, ...]) -> dict:
     from harness.runner import STAGES, RunOptions, resolve_scenarios, run_suite
 
     scenarios = resolve_scenarios(list(names))
@@ -46,9 +49,11 @@ def _suite(names: tuple[str, ...]) -> None:
     print(f"  {'other':<18} {other:7.2f} s  {100.0 * other / wall:5.1f}%  (servers start/stop, trainer init)")
     slowest = sorted(runs, key=lambda r: -r.record.seconds)[:5]
     print("  slowest: " + ", ".join(f"{r.record.name} {r.record.seconds:.1f}s" for r in slowest))
+    return {"scenarios": len(runs), "passed": passed, "wall_s": wall, "peak_rss_mib": peak_mib, "stages_s": stages,
+            "other_s": other, "slowest": [(r.record.name, r.record.seconds) for r in slowest]}
 
 
-def _ratio(names: tuple[str, ...], runs: int) -> None:
+def _ratio(names: tuple[str, ...], runs: int) -> dict:
     from harness.runner import RunOptions, resolve_scenarios, run_suite
 
     scenarios = resolve_scenarios(list(names))
@@ -65,6 +70,8 @@ def _ratio(names: tuple[str, ...], runs: int) -> None:
     ratios = [c / b for b, c in zip(base, cand)]
     print(f"servers http/in-process: median {statistics.median(ratios):.2f}x (n={runs}, {len(scenarios)} scenarios; "
           f"in-process median {statistics.median(base):.2f} s, http median {statistics.median(cand):.2f} s)")
+    return {"ratio": statistics.median(ratios), "ratios": ratios, "in_process_s": base, "http_s": cand,
+            "scenarios": list(names)}
 
 
 def main() -> None:
@@ -76,9 +83,15 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(1)
-    _suite(QUICK if args.quick else ())
-    if not args.no_ratio:
-        _ratio(QUICK, args.ratio_runs)
+    suite = _suite(QUICK if args.quick else ())
+    ratio = None if args.no_ratio else _ratio(QUICK, args.ratio_runs)
+    metrics = [Metric("default suite wall" if not args.quick else "quick suite wall", suite["wall_s"], "s",
+                      None if args.quick else "< 120"),
+               Metric("scenarios meeting their verdict", suite["passed"] / max(suite["scenarios"], 1), "share", ">= 1")]
+    if ratio is not None:
+        metrics.append(Metric("servers http / in-process", ratio["ratio"], "x"))
+    write_result("suite", workload={"quick": args.quick, "ratio_runs": args.ratio_runs},
+                 metrics=metrics, figures={"suite": suite, "ratio": ratio})
 
 
 if __name__ == "__main__":

@@ -10,6 +10,8 @@ policy server), materialization (plan + advantages + rows) and training (logprob
 backward, optimizer), peak memory, and the candidate/baseline ratio.
 
     .venv/bin/python bench/bench_train.py [--steps 20] [--device cpu|cuda|auto] [--dtype float64] [--json]
+
+Figures also go to `bench/results/train.json`.
 """
 
 from __future__ import annotations
@@ -18,10 +20,15 @@ import argparse
 import json
 import resource
 import statistics
+import sys
 import time
 import warnings
+from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.results_io import Metric, write_result  # noqa: E402
 from harness.core import metrics as M
 from harness.train_run import load_run_config, resolve_device, run_training
 
@@ -87,6 +94,15 @@ def main() -> None:
     candidate = measure(CANDIDATE, steps=args.steps, device=device, dtype=args.dtype)
     baseline = measure(BASELINE, steps=args.steps, device=device, dtype=args.dtype)
     ratio = candidate["median_step_s"] / baseline["median_step_s"]
+    write_result(
+        "train",
+        workload={"candidate": CANDIDATE, "baseline": BASELINE, "steps": args.steps, "device": device, "dtype": args.dtype},
+        metrics=[Metric("k2 / no-compaction seconds per step", ratio, "x"),
+                 Metric("k2 reference run, wall", candidate["wall_s"], "s", "< 20" if device == "cuda" else None),
+                 Metric("k2 seconds per step", candidate["median_step_s"], "s"),
+                 Metric("max |token_mult_prob_error - 1|", candidate["max_token_mult_prob_error_dev"], "")],
+        figures={"candidate": candidate, "baseline": baseline},
+    )
     if args.json:
         print(json.dumps({"device": device, "dtype": args.dtype, "candidate": candidate, "baseline": baseline,
                           "ratio_median_step_s": ratio}, indent=2))

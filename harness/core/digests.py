@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from harness.core.errors import ContractError
@@ -79,6 +79,56 @@ def generation_evidence_digest(
     )
 
 
+class EvidenceDigestChain:
+    """`generation_evidence_digest` for the calls of one rollout in order, in time linear in new tokens.
+
+    Call i+1's prompt usually extends call i's prompt + sampled ids, and the digest's canonical
+    JSON starts with the prompt (``{"prompt_token_ids":[...``, keys sorted), so the SHA-256 state
+    after the previous context is copied and only the new ids are encoded. A prompt that does not
+    extend the previous context is hashed from scratch. Bytes hashed are exactly
+    `canonical_json`'s, so every digest equals `generation_evidence_digest`: the ids are
+    JSON-encoded element by element as `canonical_json` does (an element's text does not depend
+    on its neighbours); logprobs go through `float` first, as in `generation_evidence_digest`.
+    """
+
+    __slots__ = ("_head", "_tail", "_state", "extended")
+
+    def __init__(self) -> None:
+        self._head: Sequence[int] = ()
+        self._tail: Sequence[int] = ()
+        self._state: Any = None  # sha256 after '{"prompt_token_ids":[' + head + tail ids
+        #: Whether the last `digest` call's prompt extended the previous call's prompt + sampled ids.
+        self.extended = False
+
+    def digest(self, prompt: Sequence[int], sampled: Sequence[int], logprobs: Iterable[float]) -> str:
+        head, tail = self._head, self._tail
+        n_head = len(head)
+        n = n_head + len(tail)
+        self.extended = self._state is not None and len(prompt) >= n and prompt[n_head:n] == tail and prompt[:n_head] == head
+        if self.extended:
+            state = self._state.copy()
+            state.update(_items_json(prompt[n:], comma=n > 0))
+        else:
+            state = hashlib.sha256(b'{"prompt_token_ids":[')
+            state.update(_items_json(prompt, comma=False))
+        final = state.copy()
+        sampled_json = _items_json(sampled, comma=False)
+        lps = _items_json([_as_float(x, j) for j, x in enumerate(logprobs)], comma=False)
+        final.update(b'],"sampled_logprobs":[' + lps + b'],"sampled_token_ids":[' + sampled_json + b"]}")
+        if sampled_json:
+            state.update(b"," + sampled_json if len(prompt) else sampled_json)
+        self._head, self._tail, self._state = prompt, sampled, state
+        return final.hexdigest()
+
+
+def _items_json(items: Sequence[Any], *, comma: bool) -> bytes:
+    """`canonical_json(list(items))` without its brackets, led by a comma when it continues a non-empty list."""
+    if not items:
+        return b""
+    text = canonical_json(list(items) if not isinstance(items, list) else items)[1:-1].encode("utf-8")
+    return b"," + text if comma else text
+
+
 def _as_float(x: float, index: int) -> float:
     try:
         return float(x)
@@ -94,6 +144,7 @@ def bytes_digest(data: bytes) -> str:
 
 
 __all__ = [
+    "EvidenceDigestChain",
     "bytes_digest",
     "canonical_digest",
     "canonical_json",

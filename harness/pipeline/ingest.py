@@ -28,7 +28,13 @@ from harness.core.contract import (
     RunResult,
     TokenFields,
 )
-from harness.core.digests import MAX_DIGEST_DEPTH, canonical_digest, generation_evidence_digest, nesting_depth
+from harness.core.digests import (
+    MAX_DIGEST_DEPTH,
+    EvidenceDigestChain,
+    canonical_digest,
+    generation_evidence_digest,
+    nesting_depth,
+)
 from harness.core.errors import ContractError
 from harness.core.evidence import BoundaryEvent, MediaAsset, ModelCall, RolloutEvidence
 from harness.core.trace_plan import Violation
@@ -53,6 +59,12 @@ class Ingested:
 
     evidence: RolloutEvidence
     violations: tuple[Violation, ...]
+
+
+#: Result-level key a trainer's collector stamps with the policy version it synced to the generation
+#: server (its own bookkeeping, as NeMo-RL labels rows with its sync step). Real Gym drops the
+#: server's `policy_version`, so items from Gym carry none; this label fills them.
+TRAINER_POLICY_VERSION = "trainer_policy_version"
 
 
 def normalize_result(obj: object) -> RolloutEvidence:
@@ -88,6 +100,9 @@ def ingest_result(obj: object) -> Ingested:
     elif contract is not None:
         records = list(response.model_call_metadata or [])
     calls = _build_calls(token_items, records, rollout_id, flavour, violations)
+    label = envelope.get(TRAINER_POLICY_VERSION) if envelope is not None else None
+    if isinstance(label, int) and not isinstance(label, bool):  # the trainer's own label; Gym never sends one
+        calls = [c if c.policy_version is not None else replace(c, policy_version=label) for c in calls]
     media_assets = _declared_assets(response, rollout_id)
     if contract is None:
         calls, media_assets = _bin_legacy_media(calls, envelope, raw_response, rollout_id)
@@ -404,15 +419,26 @@ def _build_calls(
             )
         )
     calls: list[ModelCall] = []
+    chain = EvidenceDigestChain()  # each call's digest re-hashes only what it adds to the previous context
+    prev_chained = False
     for item, rec in _bind_records(token_items, records, violations):
         f = item.fields
         turn_id = rec.turn_id if rec is not None else len(calls) + 1
         routes = _decode_routes(f.routed_experts, rollout_id, turn_id, violations)
         declared_digest = getattr(rec, "generation_evidence_digest", None) if rec is not None else None
+        chained = False
         if isinstance(rec, ObservedCompletion):
             _check_full_record_matches(rec, f, rollout_id, violations)
         elif declared_digest is not None:
-            _check_digest(declared_digest, f, turn_id, violations)
+            _check_digest(declared_digest, f, turn_id, violations, chain)
+            chained = True
+        prompt = tuple(f.prompt_token_ids)
+        if chained and prev_chained and chain.extended:
+            # the chain found this prompt extends the previous call's prompt + sampled ids: share
+            # those id objects (equal values), so the planner's prefix check compares identities
+            prev = calls[-1]
+            prompt = prev.prompt_token_ids + prev.sampled_token_ids + prompt[prev.num_tokens :]
+        prev_chained = chained
         if rec is not None and rec.rollout_id != rollout_id:
             violations.append(
                 Violation(
@@ -424,9 +450,9 @@ def _build_calls(
         calls.append(
             ModelCall(
                 turn_id=turn_id,
-                prompt_token_ids=tuple(f.prompt_token_ids),
+                prompt_token_ids=prompt,
                 sampled_token_ids=tuple(f.generation_token_ids),
-                sampled_logprobs=tuple(float(x) for x in f.generation_log_probs),
+                sampled_logprobs=tuple(map(float, f.generation_log_probs)),
                 media_ids=tuple(rec.media_ids) if rec is not None else (),
                 routed_experts=routes,
                 expected_append_compatible=rec.expected_append_compatible if rec is not None else None,
@@ -534,9 +560,15 @@ def _implied_turn(item_index: int, pairs: list[tuple[int, int]], records: list[C
     return turn if turn >= 1 else None
 
 
-def _check_digest(declared: str, f: TokenFields, turn_id: int, violations: list[Violation]) -> None:
-    """The metadata record binds to its output item only through this digest; Gym never re-checks it."""
-    actual = generation_evidence_digest(f.prompt_token_ids, f.generation_token_ids, f.generation_log_probs)
+def _check_digest(
+    declared: str, f: TokenFields, turn_id: int, violations: list[Violation], chain: EvidenceDigestChain
+) -> None:
+    """The metadata record binds to its output item only through this digest; Gym never re-checks it.
+
+    `chain` computes exactly `generation_evidence_digest` (validated ids are plain ints), reusing
+    the hash of the previous call's context so a rollout costs its new tokens, not its prompts.
+    """
+    actual = chain.digest(f.prompt_token_ids, f.generation_token_ids, f.generation_log_probs)
     if actual != declared:
         violations.append(
             Violation(
@@ -661,4 +693,4 @@ def _decode_route_envelope(text: str, turn_id: int, violations: list[Violation])
     return np.frombuffer(data, dtype=dtype).reshape(shape).astype(np.int64)
 
 
-__all__ = ["MAX_ROUTE_ELEMENTS", "Ingested", "ingest_result", "normalize_result"]
+__all__ = ["MAX_ROUTE_ELEMENTS", "TRAINER_POLICY_VERSION", "Ingested", "ingest_result", "normalize_result"]

@@ -33,6 +33,7 @@ from harness.pipeline.routes import call_routes, fill_padding_routes, fill_trace
 from harness.pipeline.train_config import MaterializeConfig, TrainerConfig
 
 _FLOAT_DTYPES = {"float32": torch.float32, "float64": torch.float64}
+_NUMPY_FLOAT = {"float32": np.float32, "float64": np.float64}
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,26 +91,36 @@ def prepare_trace_batch(
     rollout_adv = np.asarray(logical.advantages, dtype=np.float64)  # (N,) in `ordered` order
     rollout_sample = np.asarray([0.0 if m else 1.0 for m in logical.mask_sample])  # (N,)
 
-    row_input_ids = torch.full((row_count, seq_len), cfg.pad_token_id, dtype=torch.int64)  # (R, S)
-    row_token_mask = torch.zeros((row_count, seq_len), dtype=fdt)  # (R, S)
-    row_generation_logprobs = torch.zeros((row_count, seq_len), dtype=fdt)  # (R, S)
-    row_advantages = torch.zeros((row_count, seq_len), dtype=fdt)  # (R, S)
+    # The (R, S) tensors are written once each: ids and routes start uninitialised and every
+    # position is set exactly once (row, then its padded tail); mask/logprobs/advantages come
+    # from calloc'd numpy zeros, so the zero fill costs no separate pass over memory.
+    ndt = _NUMPY_FLOAT[cfg.logprob_dtype]
+    ids_np = np.empty((row_count, seq_len), dtype=np.int64)  # (R, S)
+    mask_np = np.zeros((row_count, seq_len), dtype=ndt)  # (R, S)
+    lp_np = np.zeros((row_count, seq_len), dtype=ndt)  # (R, S)
+    adv_np = np.zeros((row_count, seq_len), dtype=ndt)  # (R, S)
+    row_input_ids = torch.from_numpy(ids_np)
+    row_token_mask = torch.from_numpy(mask_np)
+    row_generation_logprobs = torch.from_numpy(lp_np)
+    row_advantages = torch.from_numpy(adv_np)
     row_input_lengths = torch.zeros((row_count,), dtype=torch.int32)  # (R,)
     row_trace_index = torch.full((row_count,), -1, dtype=torch.int64)  # (R,)
     row_version = torch.full((row_count,), -1, dtype=torch.int64)  # (R,)
-    ids_np = row_input_ids.numpy()
-    mask_np = row_token_mask.numpy()
-    lp_np = row_generation_logprobs.numpy()
-    adv_np = row_advantages.numpy()
+    ids_np[num_real:] = cfg.pad_token_id
 
     routed = [a for r in rows for a in r.routes if a is not None]
     routed_experts: torch.Tensor | None = None
     routes_np: np.ndarray | None = None
+    pad_routes: np.ndarray | None = None
     if routed:
         layers, topk = int(routed[0].shape[1]), int(routed[0].shape[2])
         routed_experts = torch.empty((row_count, seq_len, layers, topk), dtype=route_dtype(routed))  # (R, S, L, K)
         routes_np = routed_experts.numpy()
-        fill_padding_routes(routes_np)
+        # one placeholder row (S, L, K), then plain contiguous copies of its tail: broadcasting
+        # `arange(K)` over the whole (R, S, L, K) tensor walks it K entries at a time
+        pad_routes = np.empty((seq_len, layers, topk), dtype=routes_np.dtype)
+        fill_padding_routes(pad_routes)
+        routes_np[num_real:] = pad_routes
 
     media = MediaResolver()
     mask_spans: list[tuple[tuple[int, int], ...]] = []
@@ -124,11 +135,14 @@ def prepare_trace_batch(
         length = row.length
         ids_np[r, :p_last] = last.prompt_token_ids
         ids_np[r, p_last:length] = last.sampled_token_ids
+        ids_np[r, length:] = cfg.pad_token_id
         spans: list[tuple[int, int]] = []
         for call in row.calls:
             start = len(call.prompt_token_ids)
             end = start + len(call.sampled_token_ids)
-            if call is not last and tuple(ids_np[r, start:end].tolist()) != call.sampled_token_ids:
+            # a non-last call ends inside the last prompt (`_check_prefix_positions`), so its
+            # sampled ids are compared with the last prompt's own slice, not read back from numpy
+            if call is not last and last.prompt_token_ids[start:end] != call.sampled_token_ids:
                 raise ContractError(
                     "undeclared_discontinuity",
                     rollout_id=row.plan.evidence.rollout_id,
@@ -149,8 +163,9 @@ def prepare_trace_batch(
                 detail=f"physical trace {row.trace.trace_id!r}: generation logprobs contain NaN or inf",
             )
         sentinel: tuple[int, ...] = ()
-        if routes_np is not None:
+        if routes_np is not None and pad_routes is not None:
             sentinel = fill_trace_routes(routes_np[r], row.calls, row.routes, is_final_trace=row.is_final_trace)
+            routes_np[r, length:] = pad_routes[length:]
         evidence_r = row.plan.evidence
         ids = last.media_ids
         media_ids.append(ids)

@@ -80,6 +80,7 @@ def plan_evidence(evidence: RolloutEvidence, found: Sequence[Violation] = ()) ->
 def _check_calls(evidence: RolloutEvidence, out: list[Violation]) -> None:
     events = {e.event_id: e for e in evidence.boundary_events}
     route_shape: tuple[int, int] | None = None
+    assets = evidence.media_assets if evidence.has_contract else None
     for index, call in enumerate(evidence.calls):
         turn = call.turn_id
         if turn != index + 1:
@@ -95,7 +96,7 @@ def _check_calls(evidence: RolloutEvidence, out: list[Violation]) -> None:
                     f"generation_log_probs has {len(call.sampled_logprobs)}",
                 )
             )
-        positive = next((j for j, lp in enumerate(call.sampled_logprobs) if lp > 0.0), None)
+        positive = _first_positive(call.sampled_logprobs)
         if positive is not None:
             out.append(
                 Violation(
@@ -105,9 +106,9 @@ def _check_calls(evidence: RolloutEvidence, out: list[Violation]) -> None:
                     "<= 0 (a probability above 1 is not a sampled token's logprob)",
                 )
             )
-        if evidence.has_contract:
+        if assets is not None:
             for media_id in call.media_ids:
-                if media_id not in evidence.media_assets:
+                if media_id not in assets:
                     out.append(
                         Violation(
                             "unknown_media_asset",
@@ -115,7 +116,8 @@ def _check_calls(evidence: RolloutEvidence, out: list[Violation]) -> None:
                             f"media id {media_id!r} is not in media_assets ({len(evidence.media_assets)} assets)",
                         )
                     )
-        route_shape = _check_routes(call, route_shape, out)
+        if call.routed_experts is not None:
+            route_shape = _check_routes(call, route_shape, out)
         if call.compaction_event_id is not None:
             event = events.get(call.compaction_event_id)
             if event is None:
@@ -137,6 +139,20 @@ def _check_calls(evidence: RolloutEvidence, out: list[Violation]) -> None:
                 )
 
 
+def _first_positive(logprobs: Sequence[float]) -> int | None:
+    """Index of the first logprob > 0, or None; `max` (one C pass) clears the usual all-negative call.
+
+    `max` skips a NaN anywhere but first (no comparison with it is true), so a real maximum <= 0
+    proves no entry is > 0; a NaN maximum falls back to the element-wise scan.
+    """
+    if not logprobs:
+        return None
+    top = max(logprobs)
+    if top == top and not top > 0.0:
+        return None
+    return next((j for j, lp in enumerate(logprobs) if lp > 0.0), None)
+
+
 def _check_routes(call: ModelCall, shape: tuple[int, int] | None, out: list[Violation]) -> tuple[int, int] | None:
     routes = call.routed_experts
     if routes is None:
@@ -151,7 +167,8 @@ def _check_routes(call: ModelCall, shape: tuple[int, int] | None, out: list[Viol
             )
         )
         return shape
-    if routes.size and int(routes.min()) < -1:
+    lowest = int(routes.min()) if routes.size else 0  # one contiguous pass decides both checks below
+    if lowest < -1:
         token, layer, slot = (int(x) for x in np.argwhere(routes < -1)[0])
         out.append(
             Violation(
@@ -174,17 +191,8 @@ def _check_routes(call: ModelCall, shape: tuple[int, int] | None, out: list[Viol
             )
         )
         return shape
-    negative = routes < 0
-    partial = negative.any(axis=2) & ~negative.all(axis=2)
-    if partial.any():
-        token, layer = (int(x) for x in np.argwhere(partial)[0])
-        out.append(
-            Violation(
-                "routed_experts_shape",
-                call.turn_id,
-                f"routed_experts row {token} layer {layer} is partly -1; a missing route must be all -1",
-            )
-        )
+    if lowest < 0:  # only a route holding a -1 can be partly -1 (axis-2 reductions over K are slow)
+        _check_partial_routes(call, routes, out)
     this = (int(routes.shape[1]), int(routes.shape[2]))
     if shape is not None and this != shape:
         out.append(
@@ -196,6 +204,20 @@ def _check_routes(call: ModelCall, shape: tuple[int, int] | None, out: list[Viol
         )
         return shape
     return this
+
+
+def _check_partial_routes(call: ModelCall, routes: np.ndarray, out: list[Violation]) -> None:
+    negative = routes < 0
+    partial = negative.any(axis=2) & ~negative.all(axis=2)
+    if partial.any():
+        token, layer = (int(x) for x in np.argwhere(partial)[0])
+        out.append(
+            Violation(
+                "routed_experts_shape",
+                call.turn_id,
+                f"routed_experts row {token} layer {layer} is partly -1; a missing route must be all -1",
+            )
+        )
 
 
 def _check_media_assets(evidence: RolloutEvidence, out: list[Violation]) -> None:
@@ -283,6 +305,16 @@ def _is_prefix(prefix: Sequence[int], seq: Sequence[int]) -> bool:
     return len(seq) >= n and seq[:n] == prefix
 
 
+def _extends(prev: ModelCall, prompt: Sequence[int]) -> bool:
+    """`prev.prompt + prev.sampled` is a prefix of `prompt`, compared in two pieces (no concatenated copy)."""
+    head, tail = prev.prompt_token_ids, prev.sampled_token_ids
+    n_head = len(head)
+    n = n_head + len(tail)
+    if len(prompt) < n:
+        return False
+    return prompt[n_head:n] == tail and prompt[:n_head] == head
+
+
 def _segment(evidence: RolloutEvidence, out: list[Violation]) -> list[_Start]:
     """Where physical traces start; declarations are checked against the tokens both ways."""
     calls = evidence.calls
@@ -308,11 +340,11 @@ def _segment(evidence: RolloutEvidence, out: list[Violation]) -> list[_Start]:
                     "a boundary applies to the first call, which has no previous context to rewrite",
                 )
             )
+    has_contract = evidence.has_contract
     for i in range(1, len(calls)):
         prev, call = calls[i - 1], calls[i]
-        context = prev.prompt_token_ids + prev.sampled_token_ids
-        continues = _is_prefix(context, call.prompt_token_ids)
-        if not evidence.has_contract:
+        continues = _extends(prev, call.prompt_token_ids)
+        if not has_contract:
             if not continues:
                 out.append(Violation("undeclared_discontinuity", call.turn_id, _discontinuity_detail(prev, call, legacy=True)))
                 starts.append(_Start(i, "inferred_discontinuity"))
@@ -326,7 +358,7 @@ def _segment(evidence: RolloutEvidence, out: list[Violation]) -> list[_Start]:
                         "boundary_without_rewrite",
                         call.turn_id,
                         f"a boundary applies to turn {call.turn_id}, but its prompt extends the previous "
-                        f"prompt + sampled ids ({len(context)} tokens): it does not correspond to a rewrite",
+                        f"prompt + sampled ids ({prev.num_tokens} tokens): it does not correspond to a rewrite",
                     )
                 )
             elif not declared_append:
@@ -349,6 +381,7 @@ def _segment(evidence: RolloutEvidence, out: list[Violation]) -> list[_Start]:
                 )
             continue
         if declared_append:
+            context = prev.prompt_token_ids + prev.sampled_token_ids
             offset = _mismatch_offset(context, call.prompt_token_ids)
             out.append(
                 Violation(
