@@ -8,7 +8,9 @@ The audit is `compactsim run`'s, row order independent. Exit 0 when every golden
 matches, 1 on findings (each printed with scenario, step, rollout, row, token position, expected
 and actual), 2 on a malformed dump (the line and field are named; an empty dump is malformed) or
 unusable goldens. `--strict` makes every omitted optional field a finding; `--junit-xml` and
-`--markdown` write CI reports.
+`--markdown` write CI reports. Metrics the goldens mark as needing compactsim's own policy
+(`policy_metrics`: `token_mult_prob_error`, loss metrics, `grad_norm`) are checked only with
+`--require-policy-metrics`: a trainer with another model cannot compute them.
 """
 
 from __future__ import annotations
@@ -61,6 +63,14 @@ def format_not_checked(verdict: Any) -> str | None:
     return f"{verdict.name}: not checked (absent from the dump): {fields}"
 
 
+def format_policy_metrics(verdict: Any) -> str | None:
+    """The policy metrics whose checks were dropped for a scenario (no --require-policy-metrics)."""
+    if not verdict.policy_metrics_not_checked:
+        return None
+    return (f"{verdict.name}: not checked (need compactsim's policy; --require-policy-metrics checks them): "
+            f"{', '.join(verdict.policy_metrics_not_checked)}")
+
+
 def verify_command(
     golden_dir: Annotated[Path, typer.Argument(help="a directory written by `compactsim export`")],
     rows_dump: Annotated[Path, typer.Argument(help="the trainer's rows dump (JSON lines; `compactsim schema rows-dump`)")],
@@ -74,6 +84,9 @@ def verify_command(
                                                                        "golden scenario")] = None,
     markdown: Annotated[Path | None, typer.Option("--markdown", help="also write a Markdown summary (appended to "
                                                                       "$GITHUB_STEP_SUMMARY too when that is set)")] = None,
+    require_policy_metrics: Annotated[bool, typer.Option(
+        "--require-policy-metrics", help="also check the metrics the goldens mark as needing compactsim's own "
+                                         "policy (token_mult_prob_error, loss metrics, grad_norm)")] = False,
 ) -> None:
     """Audit a trainer's rows dump (and metrics) against golden files; exit 0 match, 1 findings, 2 malformed input."""
     from harness.audit.checks import Tolerances
@@ -89,7 +102,8 @@ def verify_command(
         metrics_dump = read_metrics_dump(metrics) if metrics is not None else None
         golden = read_golden(golden_dir, scenario or None)
         report = verify_dump(golden, dump, metrics_dump,
-                             tolerances=Tolerances.for_dtype(dtype) if dtype is not None else None, strict=strict)
+                             tolerances=Tolerances.for_dtype(dtype) if dtype is not None else None, strict=strict,
+                             require_policy_metrics=require_policy_metrics)
         write_ci_outputs(cases_from_verify(report, format_finding), title="compactsim verify", suite="compactsim verify",
                          junit_xml=junit_xml, markdown=markdown)
     except RowsDumpError as exc:
@@ -110,6 +124,9 @@ def verify_command(
         note = None if strict else format_not_checked(verdict)  # under --strict each omission is a finding
         if note is not None:
             err_console.print(f"[yellow]note[/yellow]: {escape(note)}", soft_wrap=True)
+        policy_note = format_policy_metrics(verdict)
+        if policy_note is not None:
+            err_console.print(f"[yellow]note[/yellow]: {escape(policy_note)}", soft_wrap=True)
     matched = sum(1 for v in report.scenarios if v.passed)
     rows = sum(v.report.rows_audited for v in report.scenarios)
     tokens = sum(v.report.tokens_audited for v in report.scenarios)
@@ -124,4 +141,4 @@ def register(app: typer.Typer) -> None:
     app.command("verify", epilog=limits_help())(verify_command)
 
 
-__all__ = ["format_finding", "format_not_checked", "register"]
+__all__ = ["format_finding", "format_not_checked", "format_policy_metrics", "register"]

@@ -10,7 +10,8 @@ agents' ground-truth logs. The layout of a golden directory::
     manifest.json                                   format, versions, seed, every file's sha256
     scenarios/<name>/scenario.json                  the scenario definition (seed applied)
     scenarios/<name>/expectation.json               verdict, trainer settings, per step: plans,
-                                                    expected error, payload files, metrics
+                                                    expected error, payload files, metrics;
+                                                    `policy_metrics`: those needing compactsim's policy
     scenarios/<name>/payloads/step-NNNN/group-G.jsonl   the /run results of one GRPO group
     scenarios/<name>/rows/step-NNNN.jsonl           the expected rows (rows-dump layout)
 
@@ -78,6 +79,41 @@ class ExportResult:
 
 
 # ------------------------------------------------------------------------------------ pure part
+
+#: Metrics whose value needs compactsim's own policy: they come from the trainer's forward pass
+#: (logprobs of compactsim's tiny model) or its gradient, so a trainer with another model cannot
+#: reproduce them. The goldens list the ones a scenario checks under ``policy_metrics``, and
+#: `compactsim verify` skips them unless ``--require-policy-metrics`` is given. Batch metrics (row,
+#: token and advantage counts) and step counts are computable from the payloads and stay demanded.
+POLICY_METRICS: frozenset[str] = frozenset({
+    "token_mult_prob_error",
+    "loss",
+    "actor_loss",
+    "kl_penalty",
+    "probs_ratio",
+    "probs_ratio_clamped",
+    "probs_ratio_min",
+    "probs_ratio_max",
+    "probs_ratio_clamped_min",
+    "probs_ratio_clamped_max",
+    "gen_kl_error",
+    "policy_kl_error",
+    "js_divergence_error",
+    "sampling_importance_ratio",
+    "approx_entropy",
+    "is_oob_ratio",
+    "grad_norm",
+})
+
+
+def policy_metrics(expectation: ScenarioExpectation) -> list[str]:
+    """The metrics a scenario's expectation checks that need compactsim's policy (sorted, each once)."""
+    named = {e.metric for e in expectation.metric_expectations}
+    for step in expectation.steps:
+        named |= {e.metric for e in step.metric_expectations}
+        named |= set(step.exact_metrics)
+    return sorted(named & POLICY_METRICS)
+
 
 
 def trainer_settings(scenario: Any) -> TrainerSettings:
@@ -163,8 +199,10 @@ def scenario_golden(
         if step.error is None and step.batch_error is None:
             files[rows_file(step.step)] = json_lines(step_row_lines(scenario.name, step, trainer))
     tolerances = Tolerances.for_dtype(trainer.precision).rows_and_metrics()  # goldens audit no training state
-    files["expectation.json"] = json_document(expectation_document(
-        expectation, purpose=scenario.purpose, trainer=trainer, payloads=payloads, tolerances=tolerances))
+    document = expectation_document(
+        expectation, purpose=scenario.purpose, trainer=trainer, payloads=payloads, tolerances=tolerances)
+    document["policy_metrics"] = policy_metrics(expectation)
+    files["expectation.json"] = json_document(document)
     files["scenario.json"] = json_document({**scenario.to_data(), "seed": scenario.seed})
     entry = ScenarioEntry(
         name=scenario.name,
@@ -282,10 +320,12 @@ def export_goldens(
 __all__ = [
     "ExportResult",
     "ExportedScenario",
+    "POLICY_METRICS",
     "ScenarioGolden",
     "contract_flavours",
     "export_goldens",
     "payload_groups",
+    "policy_metrics",
     "scenario_golden",
     "trainer_settings",
     "write_golden",

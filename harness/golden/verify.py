@@ -10,7 +10,11 @@ expected value, so nothing is compared with itself), the findings of that field'
 row are dropped, and the report counts the rows per missing field (`ScenarioVerdict.not_checked`).
 With ``strict=True`` (`verify --strict`) each such omission is a finding of the field's own
 check instead. A rollout whose advantage no row states has its `rollout.advantage` check skipped.
-Without a metrics dump, no metric is checked.
+Without a metrics dump, no metric is checked. Metrics the goldens mark as needing compactsim's
+own policy (``expectation.json`` → ``policy_metrics``: `token_mult_prob_error`, loss metrics,
+`grad_norm`) are not demanded of an outside trainer: their checks are dropped and the verdict
+names them (`ScenarioVerdict.policy_metrics_not_checked`), unless ``require_policy_metrics=True``
+(`verify --require-policy-metrics`).
 
 `parent_index` must name the logical rollout in the goldens' trainer order (the step's rollouts
 as the payload groups list them; `expectation.json` → ``rollouts[k].parent_index``), so swapped
@@ -79,6 +83,8 @@ class ScenarioVerdict:
     #: (step, physical trace id) → dump line numbers of rows claiming it.
     lines_of: Mapping[tuple[int, str], tuple[int, ...]]
     reproduce: str
+    #: Metrics marked `policy_metrics` whose checks were dropped (no --require-policy-metrics), sorted.
+    policy_metrics_not_checked: tuple[str, ...] = ()
 
     @property
     def passed(self) -> bool:
@@ -107,6 +113,7 @@ class ScenarioVerdict:
             "rows_audited": self.report.rows_audited,
             "tokens_audited": self.report.tokens_audited,
             "not_checked": dict(self.not_checked),
+            "policy_metrics_not_checked": list(self.policy_metrics_not_checked),
             "reproduce": self.reproduce,
             "findings": [
                 {**f.to_json(), "rollout": self.rollout(f), "dump_lines": list(self.dump_lines(f))}
@@ -294,6 +301,32 @@ def without_metrics(expectation: ScenarioExpectation) -> ScenarioExpectation:
     )
 
 
+def marked_policy_metrics(golden: GoldenScenario) -> frozenset[str]:
+    """The metrics the goldens mark as needing compactsim's policy (none in goldens without the field)."""
+    return frozenset(golden.document.get("policy_metrics") or ())
+
+
+def without_policy_metrics(
+    expectation: ScenarioExpectation, policy: frozenset[str]
+) -> tuple[ScenarioExpectation, tuple[str, ...]]:
+    """The expectation without any check on a `policy` metric, and the metrics whose checks were dropped."""
+    dropped: set[str] = set()
+
+    def keep(metric: str) -> bool:
+        if metric in policy:
+            dropped.add(metric)
+            return False
+        return True
+
+    steps = tuple(
+        replace(s, exact_metrics={k: v for k, v in s.exact_metrics.items() if keep(k)},
+                metric_expectations=tuple(e for e in s.metric_expectations if keep(e.metric)))
+        for s in expectation.steps
+    )
+    run_level = tuple(e for e in expectation.metric_expectations if keep(e.metric))
+    return replace(expectation, steps=steps, metric_expectations=run_level), tuple(sorted(dropped))
+
+
 # ---------------------------------------------------------------------------------------- verify
 
 
@@ -305,10 +338,18 @@ def verify_scenario(
     tolerances: Tolerances | None = None,
     reproduce: str = "",
     strict: bool = False,
+    require_policy_metrics: bool = False,
 ) -> ScenarioVerdict:
-    """Audit one golden scenario against its rows (and metrics) in the dump (`strict`: omissions are findings)."""
+    """Audit one golden scenario against its rows (and metrics) in the dump.
+
+    `strict`: omissions are findings; `require_policy_metrics`: metrics marked as needing compactsim's
+    policy are checked too (an outside trainer cannot compute them, so by default they are not).
+    """
     name = golden.name
     expectation = golden.expectation if metrics is not None else without_metrics(golden.expectation)
+    policy_skipped: tuple[str, ...] = ()
+    if not require_policy_metrics and metrics is not None:
+        expectation, policy_skipped = without_policy_metrics(expectation, marked_policy_metrics(golden))
     by_step = {s.step: s for s in expectation.steps}
     rows = dump.rows_of(name)
     omitted: list[Omission] = []
@@ -351,6 +392,7 @@ def verify_scenario(
         rollout_of=rollout_of,
         lines_of={k: tuple(sorted(v)) for k, v in lines.items()},
         reproduce=reproduce,
+        policy_metrics_not_checked=policy_skipped,
     )
 
 
@@ -383,11 +425,14 @@ def _drop_unchecked(report: AuditReport, omitted: Sequence[Omission], *, reprodu
     return replace(report, findings=sort_findings(kept))
 
 
-def verify_reproduce(golden_dir: str, dump_path: str, metrics_path: str | None, scenario: str) -> str:
+def verify_reproduce(golden_dir: str, dump_path: str, metrics_path: str | None, scenario: str, *,
+                     require_policy_metrics: bool = False) -> str:
     """The command that re-audits one scenario."""
     parts = ["compactsim", "verify", golden_dir, dump_path]
     if metrics_path:
         parts += ["--metrics", metrics_path]
+    if require_policy_metrics:
+        parts.append("--require-policy-metrics")
     return shlex.join([*parts, "--scenario", scenario])
 
 
@@ -399,6 +444,7 @@ def verify_dump(
     tolerances: Tolerances | None = None,
     reproduce: Callable[[str], str] | None = None,
     strict: bool = False,
+    require_policy_metrics: bool = False,
 ) -> VerifyReport:
     """Audit every scenario `golden` holds against `dump` (a dump line for a scenario the goldens lack is malformed)."""
     known = {e.name for e in golden.manifest.scenarios}
@@ -416,9 +462,11 @@ def verify_dump(
             if scenario not in known:
                 raise RowsDumpError(metrics.source, line, "scenario",
                                     f"{scenario!r} is not in the goldens at {golden.directory}")
-    make = reproduce or (lambda name: verify_reproduce(str(golden.directory), dump.source, metrics_source, name))
+    make = reproduce or (lambda name: verify_reproduce(str(golden.directory), dump.source, metrics_source, name,
+                                                       require_policy_metrics=require_policy_metrics))
     verdicts = tuple(
-        verify_scenario(g, dump, metrics, tolerances=tolerances, reproduce=make(g.name), strict=strict)
+        verify_scenario(g, dump, metrics, tolerances=tolerances, reproduce=make(g.name), strict=strict,
+                        require_policy_metrics=require_policy_metrics)
         for g in golden.scenarios
     )
     return VerifyReport(golden=str(golden.directory), dump=dump.source, metrics=metrics_source, scenarios=verdicts)
@@ -430,9 +478,11 @@ __all__ = [
     "Omission",
     "ScenarioVerdict",
     "VerifyReport",
+    "marked_policy_metrics",
     "observed_step",
     "verify_dump",
     "verify_reproduce",
     "verify_scenario",
     "without_metrics",
+    "without_policy_metrics",
 ]
