@@ -16,8 +16,8 @@ own policy (``expectation.json`` → ``policy_metrics``: `token_mult_prob_error`
 names them (`ScenarioVerdict.policy_metrics_not_checked`), unless ``require_policy_metrics=True``
 (`verify --require-policy-metrics`).
 
-`parent_index` must name the logical rollout in the goldens' trainer order (the step's rollouts
-as the payload groups list them; `expectation.json` → ``rollouts[k].parent_index``), so swapped
+`parent_index` must name the logical rollout in the goldens' trainer order (the batch's canonical
+order: group key, rollout index, rollout id — `expectation.json` → ``rollouts[k].parent_index``), so swapped
 or out-of-range indices are `row.owner` findings; only a step the goldens do not expect falls
 back to the id most rows with that index claim.
 """
