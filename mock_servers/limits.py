@@ -12,7 +12,7 @@ a 500, and never a dropped keep-alive connection:
   usable; `ErrorGuardMiddleware` turns a server bug into a JSON 500 without closing the
   connection.
 - `run_off_loop` runs a handler coroutine (parsing, rendering, generation, serialisation) on a
-  worker thread with a private event loop, so `/health` and other requests stay responsive while
+  shared worker thread with its own event loop, so `/health` and other requests stay responsive while
   a large request is being worked on; cancelling the caller cancels the coroutine.
 """
 
@@ -27,7 +27,6 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-import anyio
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 T = TypeVar("T")
@@ -284,41 +283,43 @@ def _is_transport_signal(exc: BaseException) -> bool:
 # ---------------------------------------------------------------------------------------------- threads
 
 
+class _WorkerLoop:
+    """One daemon thread running one event loop for the life of the process: the handlers' home.
+
+    Starting a thread and an event loop per request cost more than the scripted handler itself;
+    one shared worker loop keeps the serving loop free at the price of a queue hop.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def loop(self) -> asyncio.AbstractEventLoop:
+        with self._lock:
+            if self._loop is None or self._loop.is_closed():
+                loop = asyncio.new_event_loop()
+                thread = threading.Thread(target=loop.run_forever, name="compactsim-handlers", daemon=True)
+                thread.start()
+                self._loop = loop
+            return self._loop
+
+
+_WORKER = _WorkerLoop()
+
+
 async def run_off_loop(make: Callable[[], Awaitable[T]]) -> T:
-    """Await ``make()`` on a worker thread with its own event loop; cancelling the caller cancels it.
+    """Await ``make()`` on the shared worker loop (another thread); cancelling the caller cancels it.
 
     CPU-bound steps inside (JSON, rendering, generation, serialising) then never stall the
     serving loop: `/health` answers while a large request is being worked on. The Python GIL is
     still shared, so a single long C call can delay the loop by its own duration; the limits keep
     those calls small.
     """
-    lock = threading.Lock()
-    box: dict[str, Any] = {"cancelled": False, "loop": None, "task": None}
-
-    def worker() -> T:
-        loop = asyncio.new_event_loop()
-        try:
-            task = loop.create_task(make())  # type: ignore[arg-type]
-            with lock:
-                box["loop"], box["task"] = loop, task
-                if box["cancelled"]:
-                    task.cancel()
-            return loop.run_until_complete(task)
-        finally:
-            with lock:
-                box["loop"] = None
-            try:
-                loop.run_until_complete(loop.shutdown_asyncgens())
-            finally:
-                loop.close()
-
+    future = asyncio.run_coroutine_threadsafe(make(), _WORKER.loop())  # type: ignore[arg-type]
     try:
-        return await anyio.to_thread.run_sync(worker, abandon_on_cancel=True)
-    except anyio.get_cancelled_exc_class():
-        with lock:
-            box["cancelled"] = True
-            if box["loop"] is not None and box["task"] is not None:
-                box["loop"].call_soon_threadsafe(box["task"].cancel)
+        return await asyncio.wrap_future(future)
+    except asyncio.CancelledError:
+        future.cancel()  # cancels the task on the worker loop
         raise
 
 

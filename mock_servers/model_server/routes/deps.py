@@ -7,7 +7,8 @@ from fastapi import Request
 from mock_servers.model_server.state import ServerState
 
 
-def get_state(request: Request) -> ServerState:
+async def get_state(request: Request) -> ServerState:
+    """Async, so FastAPI resolves it on the loop instead of hopping to its threadpool."""
     return request.app.state.server
 
 
