@@ -6,7 +6,10 @@ script, the compaction session, the agent loop over HTTP, records, ground-truth 
 (Gym evidence emitters, one module per flavour) and `collect` (many rollouts on threads or Ray).
 """
 
-from agents.collect import (
+if __name__ != "compactsim.agents":  # one module object per file: never a second, top-level copy
+    raise ImportError("import compactsim.agents, not agents: compactsim installs one top-level package, `compactsim`")
+
+from compactsim.agents.collect import (
     CollectedRollout,
     HttpServers,
     InProcessServers,
@@ -17,7 +20,7 @@ from agents.collect import (
     run_rollout,
     server_script,
 )
-from agents.compaction.config import (
+from compactsim.agents.compaction.config import (
     CompactionScheduleConfig,
     ContextHistoryConfig,
     HistoryPolicyConfig,
@@ -28,12 +31,12 @@ from agents.compaction.config import (
     ThinkStripConfig,
     ToolOutputTruncationConfig,
 )
-from agents.evidence import emit_response, emit_result
-from agents.rollout.ground_truth import ground_truth_log
-from agents.rollout.loop import RetryPolicy, ScriptedAgent
-from agents.compaction.presets import PRESETS, policy_preset
-from agents.rollout.record import RolloutFailure, RolloutRecord
-from agents.rollout.script import (
+from compactsim.agents.evidence import emit_response, emit_result
+from compactsim.agents.rollout.ground_truth import ground_truth_log
+from compactsim.agents.rollout.loop import RetryPolicy, ScriptedAgent
+from compactsim.agents.compaction.presets import PRESETS, policy_preset
+from compactsim.agents.rollout.record import RolloutFailure, RolloutRecord
+from compactsim.agents.rollout.script import (
     ImageSpec,
     RolloutScript,
     RolloutSpec,
@@ -43,7 +46,7 @@ from agents.rollout.script import (
     TurnScript,
     scripted_turns,
 )
-from agents.rollout.session import CompactionSession, build_generation_contract
+from compactsim.agents.rollout.session import CompactionSession, build_generation_contract
 
 __all__ = [
     "PRESETS",

@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 from copy import deepcopy
 from typing import Any
 
-from harness.core.contract import TOKEN_FIELDS
+from compactsim.harness.core.contract import TOKEN_FIELDS
 
 _EVIDENCE_FIELDS: frozenset[str] = frozenset({*TOKEN_FIELDS, "routed_experts", "policy_version"})
 #: Gym's private keys that override semantic ids; never sent to a model.

@@ -37,12 +37,12 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.results_io import Metric, write_result  # noqa: E402
-from harness.core.evidence import ModelCall, RolloutEvidence
-from harness.core.seeds import rng
-from harness.core.trace_plan import PhysicalTrace, TracePlan, physical_trace_id
-from harness.pipeline.advantages import compute_logical_advantages
-from harness.pipeline.materializer import prepare_trace_batch
-from harness.pipeline.train_config import AdvantageConfig, MaterializeConfig
+from compactsim.harness.core.evidence import ModelCall, RolloutEvidence
+from compactsim.harness.core.seeds import rng
+from compactsim.harness.core.trace_plan import PhysicalTrace, TracePlan, physical_trace_id
+from compactsim.harness.pipeline.advantages import compute_logical_advantages
+from compactsim.harness.pipeline.materializer import prepare_trace_batch
+from compactsim.harness.pipeline.train_config import AdvantageConfig, MaterializeConfig
 
 LAYOUT = (2, 2)
 CALLS = 8

@@ -29,11 +29,11 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.results_io import Metric, write_result
-from harness.core.digests import canonical_json
-from harness.core.seeds import rng
-from harness.pipeline.ingest import ingest_result
-from harness.pipeline.planner import plan_evidence
-from scenarios.payloads import Call, build_response
+from compactsim.harness.core.digests import canonical_json
+from compactsim.harness.core.seeds import rng
+from compactsim.harness.pipeline.ingest import ingest_result
+from compactsim.harness.pipeline.planner import plan_evidence
+from compactsim.scenarios.payloads import Call, build_response
 
 CALLS = 8
 PROMPT_MAX = 4096

@@ -21,9 +21,9 @@ import time
 import warnings
 from pathlib import Path
 
-from agents import InProcessServers, LocalExecutor, RayExecutor, RolloutScript, RolloutSpec, collect, policy_preset
-from agents.collect import CollectedRollout, ray_session, server_script
-from agents.rollout.script import scripted_turns
+from compactsim.agents import InProcessServers, LocalExecutor, RayExecutor, RolloutScript, RolloutSpec, collect, policy_preset
+from compactsim.agents.collect import CollectedRollout, ray_session, server_script
+from compactsim.agents.rollout.script import scripted_turns
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 

@@ -33,12 +33,12 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.results_io import Metric, write_result  # noqa: E402
-from harness.core.evidence import BoundaryEvent, ModelCall, RolloutEvidence  # noqa: E402
-from harness.core.seeds import rng  # noqa: E402
-from harness.pipeline.advantages import compute_logical_advantages  # noqa: E402
-from harness.pipeline.materializer import prepare_trace_batch  # noqa: E402
-from harness.pipeline.planner import plan_evidence  # noqa: E402
-from harness.pipeline.train_config import AdvantageConfig, MaterializeConfig  # noqa: E402
+from compactsim.harness.core.evidence import BoundaryEvent, ModelCall, RolloutEvidence  # noqa: E402
+from compactsim.harness.core.seeds import rng  # noqa: E402
+from compactsim.harness.pipeline.advantages import compute_logical_advantages  # noqa: E402
+from compactsim.harness.pipeline.materializer import prepare_trace_batch  # noqa: E402
+from compactsim.harness.pipeline.planner import plan_evidence  # noqa: E402
+from compactsim.harness.pipeline.train_config import AdvantageConfig, MaterializeConfig  # noqa: E402
 
 CALLS = 8
 BOUNDARY = 4  # 0-based index of the call that follows the compaction

@@ -93,8 +93,8 @@ def _run_server(kind: str, port: int, fixed_path: str) -> None:
         async def health() -> Response:
             return Response(content=b'{"status":"ok"}', media_type="application/json")
     else:
-        from harness.core.policy import configure_determinism
-        from mock_servers.model_server import ServerSettings, create_app
+        from compactsim.harness.core.policy import configure_determinism
+        from compactsim.mock_servers.model_server import ServerSettings, create_app
 
         configure_determinism()
         app = create_app(ServerSettings.model_validate_json(Path(fixed_path).read_text()))
@@ -178,7 +178,7 @@ async def _asgi_bench(n: int) -> dict:
     """Same requests through httpx.ASGITransport (no sockets, one client): the handler cost alone."""
     from fastapi import FastAPI
 
-    from mock_servers.model_server import ServerSettings, create_app
+    from compactsim.mock_servers.model_server import ServerSettings, create_app
 
     bodies = _bodies()
     mock = create_app(ServerSettings.model_validate_json(_settings_json()))
@@ -226,8 +226,8 @@ class ModulePathDecoding:
     def _run(self, ids, images, past, offset: int):
         import torch
 
-        from harness.core import tokenizer as tok
-        from harness.core.policy import _sinusoid
+        from compactsim.harness.core import tokenizer as tok
+        from compactsim.harness.core.policy import _sinusoid
 
         m = self._policy
         h = m.tok_emb(ids)
@@ -249,7 +249,7 @@ class ModulePathDecoding:
     def start_decoding(self, input_ids, images=()):
         import torch
 
-        from harness.core.policy import DecodeState
+        from compactsim.harness.core.policy import DecodeState
 
         with torch.no_grad():
             ids = torch.as_tensor(list(input_ids), dtype=torch.long, device=self._policy.device)[None]
@@ -259,7 +259,7 @@ class ModulePathDecoding:
     def extend_decoding(self, state, new_ids):
         import torch
 
-        from harness.core.policy import DecodeState
+        from compactsim.harness.core.policy import DecodeState
 
         if not list(new_ids):
             return state
@@ -271,10 +271,10 @@ class ModulePathDecoding:
 
 def _policy_bench(requests: int, dtype: str, rounds: int = 5) -> dict:
     """Policy-mode generation in-process, fast path vs module path, interleaved: generated tokens per second."""
-    from harness.core.chat_template import render_chat
-    from harness.core.policy import configure_determinism
-    from mock_servers.model_server.engine import CallKey, Engine
-    from mock_servers.model_server.settings import PolicySettings, ServerSettings
+    from compactsim.harness.core.chat_template import render_chat
+    from compactsim.harness.core.policy import configure_determinism
+    from compactsim.mock_servers.model_server.engine import CallKey, Engine
+    from compactsim.mock_servers.model_server.settings import PolicySettings, ServerSettings
 
     configure_determinism()
     settings = ServerSettings(mode="policy", seed=1, policy=PolicySettings(dtype=dtype, default_reasoning_bytes=8,

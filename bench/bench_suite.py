@@ -32,7 +32,7 @@ QUICK = ("explicit-logprobs", "image-compaction-k2-rolling", "summary-compaction
 
 
 def _suite(names: tuple[str, ...]) -> dict:
-    from harness.runner import STAGES, RunOptions, resolve_scenarios, run_suite
+    from compactsim.harness.runner import STAGES, RunOptions, resolve_scenarios, run_suite
 
     scenarios = resolve_scenarios(list(names))
     t0 = time.perf_counter()
@@ -54,7 +54,7 @@ def _suite(names: tuple[str, ...]) -> dict:
 
 
 def _ratio(names: tuple[str, ...], runs: int) -> dict:
-    from harness.runner import RunOptions, resolve_scenarios, run_suite
+    from compactsim.harness.runner import RunOptions, resolve_scenarios, run_suite
 
     scenarios = resolve_scenarios(list(names))
     asgi, http = RunOptions(), RunOptions(server="http")

@@ -29,8 +29,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.results_io import Metric, write_result  # noqa: E402
-from harness.core import metrics as M
-from harness.train_run import load_run_config, resolve_device, run_training
+from compactsim.harness.core import metrics as M
+from compactsim.harness.train_run import load_run_config, resolve_device, run_training
 
 CANDIDATE = "pr-validation-image-compaction-k2"
 BASELINE = "pr-validation-no-compaction"

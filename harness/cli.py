@@ -52,17 +52,17 @@ def _main(
 #: Command modules, each exposing `register(app)`. Missing optional modules are skipped so a
 #: partially built tree still runs the commands it has.
 _COMMANDS: tuple[str, ...] = (
-    "harness.commands.plan",
-    "harness.commands.materialize",
-    "harness.commands.serve",
-    "harness.commands.rollout",
-    "harness.commands.gym_check",
-    "harness.commands.train",
-    "harness.commands.run",
-    "harness.commands.scenarios",
-    "harness.commands.export",
-    "harness.commands.schema",
-    "harness.commands.verify",
+    "compactsim.harness.commands.plan",
+    "compactsim.harness.commands.materialize",
+    "compactsim.harness.commands.serve",
+    "compactsim.harness.commands.rollout",
+    "compactsim.harness.commands.gym_check",
+    "compactsim.harness.commands.train",
+    "compactsim.harness.commands.run",
+    "compactsim.harness.commands.scenarios",
+    "compactsim.harness.commands.export",
+    "compactsim.harness.commands.schema",
+    "compactsim.harness.commands.verify",
 )
 
 

@@ -29,7 +29,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from harness.core.errors import ConfigError
+from compactsim.harness.core.errors import ConfigError
 
 RUN_STATE = "run-state.json"
 RUN_STATE_FORMAT = "compactsim-run-state/1"
@@ -176,8 +176,8 @@ def write_outputs(out: Path, runs: Sequence[Any], suite: Any, *, total_seconds: 
     entries are renamed into place replacing the old ones (no stale scenario or step file stays
     beside new ones), and `summary.json` is renamed last.
     """
-    from harness.report.html import format_report_html
-    from harness.report.summary import format_summary_json, format_timings
+    from compactsim.harness.report.html import format_report_html
+    from compactsim.harness.report.summary import format_summary_json, format_timings
 
     stage = staging_dir(out)
     _remove(stage)

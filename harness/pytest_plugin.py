@@ -12,7 +12,7 @@ active wherever compactsim is installed. Two ways to use it::
 
 ``compactsim_run`` returns a `ScenarioResult`: ``.passed``, ``.findings`` and ``.reproduce`` at
 hand, the full record as ``.record`` and every other attribute of the underlying
-`harness.runner.ScenarioRun` (``.files``, ``.audit``, ...) passed through.
+`compactsim.harness.runner.ScenarioRun` (``.files``, ``.audit``, ...) passed through.
 
 Flags (group ``compactsim``): ``--compactsim-seed N`` overrides every scenario's seed,
 ``--compactsim-backend module:attr`` selects the backend under test, ``--compactsim-out DIR``
@@ -41,7 +41,7 @@ _runs_key = pytest.StashKey[list[Any]]()
 class ScenarioResult:
     """One scenario run as a test sees it: what a test asserts on first (`passed`), then everything else.
 
-    A thin view of `harness.runner.ScenarioRun` (kept as `.run`); unknown attributes are read from
+    A thin view of `compactsim.harness.runner.ScenarioRun` (kept as `.run`); unknown attributes are read from
     it, so ``result.record``, ``result.files`` and ``result.audit`` work as on the run itself.
     """
 
@@ -100,7 +100,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption(SEED_OPTION, action="store", type=int, default=None, metavar="N",
                     help="seed for every compactsim scenario run (default: each scenario's own seed)")
     group.addoption(BACKEND_OPTION, action="store", default=None, metavar="MODULE:ATTR",
-                    help="backend under test for compactsim runs (default: harness.pipeline:ReferenceBackend)")
+                    help="backend under test for compactsim runs (default: compactsim.harness.pipeline:ReferenceBackend)")
     group.addoption(OUT_OPTION, action="store", default=None, metavar="DIR",
                     help="keep each compactsim run's artifacts under DIR/<scenario>-seed<N>/")
 
@@ -115,7 +115,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def _backend(config: pytest.Config) -> str:
-    return config.getoption(BACKEND_OPTION) or "harness.pipeline:ReferenceBackend"
+    return config.getoption(BACKEND_OPTION) or "compactsim.harness.pipeline:ReferenceBackend"
 
 
 def pytest_report_header(config: pytest.Config) -> str:
@@ -133,7 +133,7 @@ class ScenarioRunner:
     def __call__(self, scenario: str, *, seed: int | None = None, backend: str | None = None,
                  steps: int | None = None) -> Any:
         """The `ScenarioResult` of `scenario` (catalogue name or YAML path), run once per key; `seed` beats the flag."""
-        from harness.runner import RunOptions, resolve_scenarios, run_scenario, write_outputs
+        from compactsim.harness.runner import RunOptions, resolve_scenarios, run_scenario, write_outputs
 
         seed = seed if seed is not None else self.config.getoption(SEED_OPTION)
         backend = backend or _backend(self.config)
@@ -143,7 +143,7 @@ class ScenarioRunner:
             run = run_scenario(found[0], RunOptions(seed=seed, backend=backend, max_steps=steps))
             out = self.config.getoption(OUT_OPTION)
             if out:
-                from harness.runner import suite_record
+                from compactsim.harness.runner import suite_record
 
                 target = Path(out) / f"{run.record.name}-seed{run.record.seed}"
                 write_outputs(target, [run], suite_record([run], RunOptions(seed=seed, backend=backend), [scenario]))

@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.audit import Finding
-from harness.core.errors import CompactsimError, ContractError
-from harness.runner import ScenarioRun, load_saved_run, run_scenario
+from compactsim.harness.audit import Finding
+from compactsim.harness.core.errors import CompactsimError, ContractError
+from compactsim.harness.runner import ScenarioRun, load_saved_run, run_scenario
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,11 +90,11 @@ def _error_json(exc: CompactsimError) -> dict[str, Any]:
 def diagnose_payload(results: Sequence[Mapping[str, Any]], *, backend_spec: str, group_size: int | None = None,
                      dp_size: int = 1, micro_batch_size: int = 1) -> PayloadDiagnosis:
     """Plan every result with the backend, then materialize them as one batch, collecting every diagnostic."""
-    from harness.audit.checks import Reporter, check_padding
-    from harness.audit.observed import ObservedStep, observed_from_artifact
-    from harness.core.artifacts import artifact_from_batch
-    from harness.pipeline.backend import load_backend
-    from harness.pipeline.train_config import parse_trainer_config
+    from compactsim.harness.audit.checks import Reporter, check_padding
+    from compactsim.harness.audit.observed import ObservedStep, observed_from_artifact
+    from compactsim.harness.core.artifacts import artifact_from_batch
+    from compactsim.harness.pipeline.backend import load_backend
+    from compactsim.harness.pipeline.train_config import parse_trainer_config
 
     backend = load_backend(backend_spec)
     diagnoses: list[RolloutDiagnosis] = []

@@ -5,7 +5,7 @@
 
 For each scenario, and each of its optimizer steps: the agents collect the step's rollouts from
 the mock model and reward servers (served in this process, or on 127.0.0.1 ports); the backend
-plans, materializes and trains (`harness.pipeline.Backend`, loaded from ``module:attr``); in
+plans, materializes and trains (`compactsim.harness.pipeline.Backend`, loaded from ``module:attr``); in
 policy mode the new weights go back to the model server. A contract error the backend raises
 ends the run at that step. Then the oracle computes what every step must have shown from the
 scenario and the agents' ground-truth logs, and the audit compares. A failed scenario still
@@ -25,7 +25,7 @@ Output directory (`write_outputs`)::
     scenarios/<name>/run.json             seed, backend, device, step cap (what `compactsim replay` reads)
     scenarios/<name>/audit.json           the audit report (findings with reproduction command)
     scenarios/<name>/metrics.jsonl        one line per trained step
-    scenarios/<name>/artifacts/step-NNNN.{npz,json}   the step artifact (harness.core.artifacts)
+    scenarios/<name>/artifacts/step-NNNN.{npz,json}   the step artifact (compactsim.harness.core.artifacts)
     scenarios/<name>/results/step-NNNN.jsonl          the Gym results the backend received
     scenarios/<name>/rollouts/step-NNNN.jsonl         the agents' ground-truth logs (the oracle's input)
 
@@ -46,8 +46,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
-from harness.audit.observed import BACKEND_ERROR
-from harness.audit import (
+from compactsim.harness.audit.observed import BACKEND_ERROR
+from compactsim.harness.audit import (
     AuditReport,
     Finding,
     ObservedError,
@@ -59,17 +59,17 @@ from harness.audit import (
     reproduce_command,
     rgb_pixel_digest,
 )
-from agents.collect.ray_local import RAY_CONNECT_TIMEOUT_S, local_ray
-from mock_servers.serving import ServerMode, open_mock_servers
-from harness.core.artifacts import encode_step_artifact, meta_to_json
-from harness.core.errors import CompactsimError, ConfigError, ContractError
-from harness.core.training_state import MeasuredStep, snapshot_training_state
-from harness.report.records import RolloutView, ScenarioRecord, SuiteRecord
-from harness.report.wandb_log import WandbSettings
-from harness.report.trace_view import rollout_views
+from compactsim.agents.collect.ray_local import RAY_CONNECT_TIMEOUT_S, local_ray
+from compactsim.mock_servers.serving import ServerMode, open_mock_servers
+from compactsim.harness.core.artifacts import encode_step_artifact, meta_to_json
+from compactsim.harness.core.errors import CompactsimError, ConfigError, ContractError
+from compactsim.harness.core.training_state import MeasuredStep, snapshot_training_state
+from compactsim.harness.report.records import RolloutView, ScenarioRecord, SuiteRecord
+from compactsim.harness.report.wandb_log import WandbSettings
+from compactsim.harness.report.trace_view import rollout_views
 
 HOST = "127.0.0.1"
-DEFAULT_BACKEND = "harness.pipeline:ReferenceBackend"
+DEFAULT_BACKEND = "compactsim.harness.pipeline:ReferenceBackend"
 #: Stages whose wall-clock seconds are reported (timings.json, bench/bench_suite.py).
 STAGES: tuple[str, ...] = ("collect", "plan", "materialize", "train", "weights", "oracle", "audit", "write")
 #: Steps whose trace views are kept per scenario: the first ones, plus those with findings.
@@ -158,7 +158,7 @@ class _RunData:
 
 def resolve_scenarios(selectors: Sequence[str]) -> tuple[Any, ...]:
     """Catalogue scenarios named or tagged by `selectors` (all when empty); a path to a YAML file works too."""
-    from scenarios.catalogue import default_catalogue, load_file
+    from compactsim.scenarios.catalogue import default_catalogue, load_file
 
     chosen: list[Any] = []
     names: list[str] = []
@@ -185,8 +185,8 @@ def prepare_scenario(scenario: Any, options: RunOptions) -> Any:
     A cap also rescales the scenario's step-count expectations (``sum(optimizer_steps) == 20``
     becomes ``== 6`` under ``--steps 6``), so a capped run of a passing scenario passes.
     """
-    from scenarios.metric_expectations import scale_step_counts
-    from scenarios.model import Scenario
+    from compactsim.scenarios.metric_expectations import scale_step_counts
+    from compactsim.scenarios.model import Scenario
 
     data = scenario.to_data()
     if options.seed is not None:
@@ -222,8 +222,8 @@ def _sync_initial_weights(client: Any, state: Any, precision: str) -> None:
     """Start generation from the trainer's checkpoint (pushed once only when the server's copy differs)."""
     import torch
 
-    from harness.core.digests import bytes_digest
-    from harness.core.policy import TinyPolicy
+    from compactsim.harness.core.digests import bytes_digest
+    from compactsim.harness.core.policy import TinyPolicy
 
     served = TinyPolicy.load_bytes(state.policy.to_bytes(), dtype=torch.float64 if precision == "float64" else torch.float32)
     resp = client.get("/weights")
@@ -267,7 +267,7 @@ def _observe_result(result: Any, k: int, measured: MeasuredStep) -> tuple[Observ
     """
     import dataclasses
 
-    from harness.core import metrics as M
+    from compactsim.harness.core import metrics as M
 
     digests = [[rgb_pixel_digest(p) for p in row] for row in result.batch.row_pixel_values]
     artifact = result.artifact
@@ -321,7 +321,7 @@ def run_scenario(
 ) -> ScenarioRun:
     """Run one scenario, audit it, and return its record and files (it never raises for a failing backend).
 
-    `collector` replaces `agents.collect.collect` (same call) when another agent runs the rollouts
+    `collector` replaces `compactsim.agents.collect.collect` (same call) when another agent runs the rollouts
     (gym-check's live mode drives NeMo-Gym's own agent).
     """
     clock = _Clock()
@@ -339,9 +339,9 @@ def run_scenario(
     try:
         observed, logs_by_step, batches = _execute(scenario, options, clock, data, on_event, collector)
         with clock.stage("oracle"):
-            from harness.oracle.expect import expect_scenario
-            from harness.oracle.step_settings import StepSettings
-            from harness.oracle.training import expect_training
+            from compactsim.harness.oracle.expect import expect_scenario
+            from compactsim.harness.oracle.step_settings import StepSettings
+            from compactsim.harness.oracle.training import expect_training
 
             expectation = expect_scenario(scenario, logs_by_step)
             settings = StepSettings.of(scenario)
@@ -388,13 +388,13 @@ def _execute(
     collector: Callable[..., Any] | None = None,
 ) -> tuple[ObservedRun, list[list[Mapping[str, Any]]], list[int]]:
     """Collect, plan, materialize and train every step (into `data`); stop at the first error the backend raises."""
-    from agents.collect import LocalExecutor
-    from agents.collect import collect as agents_collect
-    from harness.core.policy import configure_determinism
-    from harness.pipeline.backend import load_backend
-    from harness.pipeline.trainer import init_train_state
-    from harness.train_run import resolve_device
-    from scenarios.build import build_scenario, step_results
+    from compactsim.agents.collect import LocalExecutor
+    from compactsim.agents.collect import collect as agents_collect
+    from compactsim.harness.core.policy import configure_determinism
+    from compactsim.harness.pipeline.backend import load_backend
+    from compactsim.harness.pipeline.trainer import init_train_state
+    from compactsim.harness.train_run import resolve_device
+    from compactsim.scenarios.build import build_scenario, step_results
 
     collect = collector or agents_collect
 
@@ -486,12 +486,12 @@ def _num(v: Any) -> Any:
 def _wandb(settings: WandbSettings, options: RunOptions, run: ScenarioRun) -> None:
     """Log one finished scenario as an offline W&B run (never online from here; `wandb sync` uploads it).
 
-    Per-step metrics under NeMo-RL's namespaces (`harness.report.wandb_log`); the run summary holds the
+    Per-step metrics under NeMo-RL's namespaces (`compactsim.harness.report.wandb_log`); the run summary holds the
     verdict and the finding counts; a failed scenario's run is marked failed (exit code 1).
     """
     import wandb
 
-    from harness.report.wandb_log import wandb_run_name, wandb_steps, wandb_summary, wandb_tags
+    from compactsim.harness.report.wandb_log import wandb_run_name, wandb_steps, wandb_summary, wandb_tags
 
     os.environ.setdefault("WANDB_SILENT", "true")
     os.environ["WANDB_MODE"] = "offline"
@@ -559,7 +559,7 @@ def _run_remote(scenario_data: Mapping[str, Any], options: RunOptions, sys_path:
     for p in reversed(list(sys_path)):
         if p not in sys.path:
             sys.path.insert(0, p)
-    from scenarios.model import Scenario
+    from compactsim.scenarios.model import Scenario
 
     return run_scenario(Scenario.model_validate(dict(scenario_data)), options)
 
@@ -568,7 +568,7 @@ def ray_cluster(address: str | None, num_cpus: int,
                 connect_timeout_s: float = RAY_CONNECT_TIMEOUT_S):  # -> ContextManager[None]
     """A local Ray that never leaves loopback, or the cluster at `address` (``HOST:PORT`` of its GCS).
 
-    An unreachable `address` is a `ConfigError` within `connect_timeout_s` (`agents.collect.ray_local`).
+    An unreachable `address` is a `ConfigError` within `connect_timeout_s` (`compactsim.agents.collect.ray_local`).
     """
     return local_ray(num_cpus, address=address, connect_timeout_s=connect_timeout_s)
 
@@ -631,7 +631,7 @@ def run_suite(
 def suite_record(runs: Sequence[ScenarioRun], options: RunOptions, selection: Sequence[str],
                  gym: Mapping[str, Any] | None = None) -> SuiteRecord:
     """The suite's record: settings, versions, the Gym record and every scenario's record."""
-    from harness.report.summary import collect_versions
+    from compactsim.harness.report.summary import collect_versions
 
     return SuiteRecord(
         seed=options.seed,
@@ -646,7 +646,7 @@ def suite_record(runs: Sequence[ScenarioRun], options: RunOptions, selection: Se
 
 def gym_record(runs: Sequence[ScenarioRun], gym_check: Path | None = None) -> dict[str, Any]:
     """`summary.json` → `gym`: the evidence producer, the contract flavour(s) and the checked revision (if any)."""
-    from harness.gym_check.summary import gym_summary_record
+    from compactsim.harness.gym_check.summary import gym_summary_record
 
     flavours = sorted({r.record.flavour for r in runs})
     record = gym_summary_record(gym_check, flavour=flavours[0] if len(flavours) == 1 else None)
@@ -658,16 +658,16 @@ def write_outputs(out: Path, runs: Sequence[ScenarioRun], suite: SuiteRecord, *,
                   executor: str = "local") -> dict[str, Path]:
     """Write every scenario's files, `timings.json`, `report.html` and `summary.json` (last) under `out`.
 
-    Through a temporary sibling folder, replacing the previous run's entries (`harness.outputs`).
+    Through a temporary sibling folder, replacing the previous run's entries (`compactsim.harness.outputs`).
     """
-    from harness.outputs import write_outputs as write_output_files
+    from compactsim.harness.outputs import write_outputs as write_output_files
 
     return write_output_files(out, runs, suite, total_seconds=total_seconds, executor=executor)
 
 
 def load_saved_run(directory: Path) -> tuple[Any, RunOptions, dict[str, Any] | None]:
     """(scenario, options, saved audit) of a scenario directory a run wrote (`compactsim replay DIR`)."""
-    from scenarios.model import Scenario
+    from compactsim.scenarios.model import Scenario
 
     run_file, scenario_file = directory / "run.json", directory / "scenario.json"
     if not run_file.is_file() or not scenario_file.is_file():

@@ -13,8 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from harness.core.errors import ConfigError
-from harness.runner import RunOptions, ScenarioRun, run_scenario
+from compactsim.harness.core.errors import ConfigError
+from compactsim.harness.runner import RunOptions, ScenarioRun, run_scenario
 
 Knobs = tuple[int, int, int, int]  # (steps, groups, group_size, turns)
 
@@ -52,7 +52,7 @@ def reduce_scenario(scenario: Any, knobs: Knobs) -> Any | None:
     """`scenario` cut to `knobs`, or None when the cut is not a valid scenario (e.g. drops its mutation target)."""
     from pydantic import ValidationError
 
-    from scenarios.model import Scenario
+    from compactsim.scenarios.model import Scenario
 
     steps, groups, size, turns = knobs
     data = scenario.to_data()
@@ -154,7 +154,7 @@ def shrink(
 
 def shrunk_entry(result: ShrinkResult, *, name: str | None = None) -> Any:
     """The minimal scenario as a new named catalogue entry (a name and purpose saying where it came from)."""
-    from scenarios.model import Scenario
+    from compactsim.scenarios.model import Scenario
 
     base = result.original.name
     new_name = name or (base[:70] + "-shrunk")

@@ -6,9 +6,9 @@
 
 Each step: the scripted agents run one logical batch of rollouts against the mock model server
 in policy mode (the tiny MoE policy samples with the current weights); the backend plans,
-materializes and trains (`harness.pipeline.Backend`); the new weights go back to the server
+materializes and trains (`compactsim.harness.pipeline.Backend`); the new weights go back to the server
 with ``POST /weights`` (its `policy_version` becomes the trainer's). In async mode a replay
-buffer of prompt groups sits in between (`harness.pipeline.replay_buffer`): groups are generated
+buffer of prompt groups sits in between (`compactsim.harness.pipeline.replay_buffer`): groups are generated
 ahead with older weights, up to ``max_trajectory_age_steps``, and mixed-age batches train with
 the importance-sampling correction on. Everything is a pure function of the seed: rollout
 specs, server answers, weights, rows, metrics and artifact bytes.
@@ -18,7 +18,7 @@ Output directory::
     config.json              resolved run settings and trainer config
     metrics.jsonl            one line per step: batch, loss and trainer metrics (no timings)
     timings.jsonl            one line per step: timing/* seconds (generation, materialize, train, push)
-    artifacts/step-NNNN.npz  the step's rows, masks, advantages, routes, logprobs (harness.core.artifacts)
+    artifacts/step-NNNN.npz  the step's rows, masks, advantages, routes, logprobs (compactsim.harness.core.artifacts)
     artifacts/step-NNNN.json its metadata: row ids, spans, image history, logical records, metrics, versions
     rollouts/step-NNNN.jsonl the step's Gym /run results and agents' ground-truth logs (save_rollouts)
     train_summary.json       steps, versions, optimizer/scheduler counts, worst token_mult_prob_error
@@ -43,15 +43,15 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from harness.core import metrics as M
-from mock_servers.serving import OpenServers, open_mock_servers
-from harness.core.artifacts import StepArtifact, encode_step_artifact, meta_to_json
-from harness.core.errors import ConfigError
-from harness.core.seeds import check_seed, derive_int
-from harness.pipeline.backend import Backend, ReferenceBackend
-from harness.pipeline.replay_buffer import BufferedGroup, ReplayBuffer, ReplaySample
-from harness.pipeline.train_config import TrainerConfig, parse_trainer_config, validate_physical_trace_training_config
-from harness.pipeline.trainer import StepResult, TrainState, init_train_state
+from compactsim.harness.core import metrics as M
+from compactsim.mock_servers.serving import OpenServers, open_mock_servers
+from compactsim.harness.core.artifacts import StepArtifact, encode_step_artifact, meta_to_json
+from compactsim.harness.core.errors import ConfigError
+from compactsim.harness.core.seeds import check_seed, derive_int
+from compactsim.harness.pipeline.backend import Backend, ReferenceBackend
+from compactsim.harness.pipeline.replay_buffer import BufferedGroup, ReplayBuffer, ReplaySample
+from compactsim.harness.pipeline.train_config import TrainerConfig, parse_trainer_config, validate_physical_trace_training_config
+from compactsim.harness.pipeline.trainer import StepResult, TrainState, init_train_state
 
 HOST = "127.0.0.1"
 Device = Literal["cpu", "cuda", "auto"]
@@ -68,7 +68,7 @@ class RunRecipe(BaseModel):
     model_config = _STRICT
 
     description: str = ""
-    #: Agents' compaction preset (`agents.policy_preset`): "identity", "recency-images-k2", ...
+    #: Agents' compaction preset (`compactsim.agents.policy_preset`): "identity", "recency-images-k2", ...
     compaction: str = "identity"
     #: Model calls per rollout: `turns - 1` tool calls, each answered with screenshots, then an answer.
     turns: int = Field(4, ge=1)
@@ -89,7 +89,7 @@ REFERENCE_RUNS: tuple[str, ...] = ("pr-validation-no-compaction", "pr-validation
 
 def resolve_recipe(name: str) -> RunRecipe:
     """The training recipe of a catalogue scenario; `ConfigError` when it is unknown or not trainable."""
-    from scenarios.catalogue import default_catalogue
+    from compactsim.scenarios.catalogue import default_catalogue
 
     catalogue = default_catalogue()
     if name not in catalogue.names:
@@ -241,7 +241,7 @@ def _prefetch_groups(run: TrainRunConfig, cfg: TrainerConfig) -> int:
 
 def group_specs(recipe: RunRecipe, seed: int, group: int) -> list[Any]:
     """The `RolloutSpec`s of prompt group number `group` of a run (a pure function of its arguments)."""
-    from agents import ImageSpec, RolloutScript, RolloutSpec, ToolCallSpec, ToolResult, TurnScript, policy_preset
+    from compactsim.agents import ImageSpec, RolloutScript, RolloutSpec, ToolCallSpec, ToolResult, TurnScript, policy_preset
 
     task = group % recipe.num_prompts_per_step
     turns: list[Any] = []
@@ -275,9 +275,9 @@ def group_specs(recipe: RunRecipe, seed: int, group: int) -> list[Any]:
 @contextmanager
 def open_servers(run: TrainRunConfig, cfg: TrainerConfig, total_groups: int) -> Iterator[OpenServers]:
     """The mock model server (policy mode, the run's seed) and reward server, with one client each."""
-    from agents import server_script
-    from mock_servers.model_server import ServerSettings
-    from mock_servers.reward_server import RewardSettings
+    from compactsim.agents import server_script
+    from compactsim.mock_servers.model_server import ServerSettings
+    from compactsim.mock_servers.reward_server import RewardSettings
 
     specs = [s for g in range(total_groups) for s in group_specs(run.recipe, run.seed, g)]
     model_settings = ServerSettings.model_validate({
@@ -298,7 +298,7 @@ def collect_groups(clients: OpenServers, run: TrainRunConfig, groups: Sequence[i
 
     A failed rollout here is a harness problem (the servers run no faults), not a finding.
     """
-    from agents import LocalExecutor, collect
+    from compactsim.agents import LocalExecutor, collect
 
     specs = [s for g in groups for s in group_specs(run.recipe, run.seed, g)]
     collected = collect(specs, clients, executor=LocalExecutor(run.workers))
@@ -338,7 +338,7 @@ def run_training(
     on_step: Callable[[StepRecord], None] | None = None,
 ) -> TrainRunSummary:
     """Train `run.num_steps` optimizer steps; write metrics and artifacts under `out` (None: write nothing)."""
-    from harness.core.policy import configure_determinism
+    from compactsim.harness.core.policy import configure_determinism
 
     started = time.perf_counter()
     backend = backend or ReferenceBackend()
@@ -437,8 +437,8 @@ def _sync_initial_weights(client: Any, state: TrainState, cfg: TrainerConfig) ->
     """
     import torch
 
-    from harness.core.digests import bytes_digest
-    from harness.core.policy import TinyPolicy
+    from compactsim.harness.core.digests import bytes_digest
+    from compactsim.harness.core.policy import TinyPolicy
 
     server_dtype = torch.float64 if cfg.policy.precision == "float64" else torch.float32
     as_served = TinyPolicy.load_bytes(state.policy.to_bytes(), dtype=server_dtype)

@@ -14,7 +14,7 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from harness.core.errors import ConfigError
+from compactsim.harness.core.errors import ConfigError
 
 HOST = "127.0.0.1"
 ServerMode = Literal["inprocess", "http"]
@@ -43,7 +43,7 @@ def _kind(fault: Any) -> Any:
 
 
 def _fault_delay(fault: Any) -> float:
-    from mock_servers.model_server.settings import FaultSpec
+    from compactsim.mock_servers.model_server.settings import FaultSpec
 
     return (fault if isinstance(fault, FaultSpec) else FaultSpec.model_validate(dict(fault))).delay()
 
@@ -90,7 +90,7 @@ def inprocess_client(app: Any, *, base_url: str, timeout_s: float) -> Any:
 
 @dataclass(frozen=True)
 class OpenServers:
-    """One open client per server, reused for the whole run (`agents.collect`'s `Servers`)."""
+    """One open client per server, reused for the whole run (`compactsim.agents.collect`'s `Servers`)."""
 
     model: Any
     reward: Any
@@ -128,9 +128,9 @@ def open_mock_servers(
     """The mock model and reward servers built from plain settings, with one client each."""
     import httpx
 
-    from mock_servers.model_server import ServerSettings, create_app
-    from mock_servers.reward_server import RewardSettings
-    from mock_servers.reward_server import create_app as create_reward_app
+    from compactsim.mock_servers.model_server import ServerSettings, create_app
+    from compactsim.mock_servers.reward_server import RewardSettings
+    from compactsim.mock_servers.reward_server import create_app as create_reward_app
 
     model_app = create_app(ServerSettings.model_validate(dict(model_settings)))
     reward_app = create_reward_app(RewardSettings.model_validate(dict(reward_settings)))

@@ -1,10 +1,13 @@
 """Scenarios: the scenario model, the named catalogue, building specs and batches, metric checks, mutations.
 
-Hypothesis strategies live in `scenarios.strategies` (not re-exported: Hypothesis is a test
-dependency); `scenarios.execute.collect_step` runs a step against in-process mock servers.
+Hypothesis strategies live in `compactsim.scenarios.strategies` (not re-exported: Hypothesis is a test
+dependency); `compactsim.scenarios.execute.collect_step` runs a step against in-process mock servers.
 """
 
-from scenarios.build import (
+if __name__ != "compactsim.scenarios":  # one module object per file: never a second, top-level copy
+    raise ImportError("import compactsim.scenarios, not scenarios: compactsim installs one top-level package, `compactsim`")
+
+from compactsim.scenarios.build import (
     RolloutSlot,
     ScenarioBuild,
     build_scenario,
@@ -15,7 +18,7 @@ from scenarios.build import (
     step_results,
     step_specs,
 )
-from scenarios.catalogue import (
+from compactsim.scenarios.catalogue import (
     CATALOGUE_DIR,
     Catalogue,
     default_catalogue,
@@ -25,8 +28,8 @@ from scenarios.catalogue import (
     load_catalogue,
     load_file,
 )
-from scenarios.metric_expectations import MetricOutcome, evaluate, parse_metric_expectations
-from scenarios.model import (
+from compactsim.scenarios.metric_expectations import MetricOutcome, evaluate, parse_metric_expectations
+from compactsim.scenarios.model import (
     CORRUPTIONS,
     Corruption,
     Expect,
@@ -39,7 +42,7 @@ from scenarios.model import (
     ScriptSpec,
     TurnsGenerator,
 )
-from scenarios.mutations import MUTATIONS, MUTATIONS_BY_NAME, Mutation, MutationNotApplicable
+from compactsim.scenarios.mutations import MUTATIONS, MUTATIONS_BY_NAME, Mutation, MutationNotApplicable
 
 __all__ = [
     "CATALOGUE_DIR",

@@ -4,7 +4,7 @@ Pure functions of the scenario (and, for `step_results`, of the collected rollou
 is started here. A runner does, for every step `k`::
 
     specs = step_specs(scenario, k)                      # in slot order: group-major, then index
-    collected = collect(specs, servers)                  # agents.collect, servers from the settings below
+    collected = collect(specs, servers)                  # compactsim.agents.collect, servers from the settings below
     results = step_results(scenario, k, collected)       # what the trainer receives this step
     plans = [plan_rollout(r) for r in results]; ...      # the system under test
 
@@ -20,14 +20,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from agents.rollout.script import RolloutSpec, SamplingConfig
-from harness.core.errors import ConfigError
-from harness.core.seeds import derive_int
-from scenarios.model import Scenario, resolve_compaction
-from scenarios.mutations import MUTATIONS_BY_NAME, MutationNotApplicable
+from compactsim.agents.rollout.script import RolloutSpec, SamplingConfig
+from compactsim.harness.core.errors import ConfigError
+from compactsim.harness.core.seeds import derive_int
+from compactsim.scenarios.model import Scenario, resolve_compaction
+from compactsim.scenarios.mutations import MUTATIONS_BY_NAME, MutationNotApplicable
 
 if TYPE_CHECKING:
-    from harness.pipeline.train_config import TrainerConfig
+    from compactsim.harness.pipeline.train_config import TrainerConfig
 
 _CONTRACT_KEYS = ("context_compaction_contract", "rollout_trace_contract")
 _RECORD_KEYS = ("model_call_metadata", "completion_evidence")
@@ -189,7 +189,7 @@ def _result_of(item: Any) -> dict[str, Any] | None:
 def step_results(scenario: Scenario, step: int, collected: Sequence[Any]) -> list[dict[str, Any]]:
     """The Gym results the trainer receives at `step`, from the step's collected rollouts.
 
-    `collected` holds `agents.CollectedRollout`s (or mappings with ``rollout_id`` and ``result``)
+    `collected` holds `compactsim.agents.CollectedRollout`s (or mappings with ``rollout_id`` and ``result``)
     in any order. Failed rollouts (result None) are left out; then the scenario's mutation and
     batch corruption aimed at this step are applied. Results are deep copies; input is untouched.
     Raises `MutationNotApplicable` (a `ValueError`) when the mutation's target lacks what it edits,

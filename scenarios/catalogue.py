@@ -1,6 +1,6 @@
 """The named scenario catalogue: YAML files under `scenarios/catalogue/`, loaded, listed and selected.
 
-Each file holds ``scenarios: [ {name, purpose, ...}, ... ]`` (see `scenarios.model.Scenario`).
+Each file holds ``scenarios: [ {name, purpose, ...}, ... ]`` (see `compactsim.scenarios.model.Scenario`).
 Names are unique across the catalogue; a tag selects every scenario carrying it. A file that
 does not parse, or an entry that does not validate, is a `ConfigError("invalid_config")` naming
 the file, the entry and the field path.
@@ -18,8 +18,8 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from harness.core.errors import ConfigError
-from scenarios.model import Scenario
+from compactsim.harness.core.errors import ConfigError
+from compactsim.scenarios.model import Scenario
 
 CATALOGUE_DIR = Path(__file__).resolve().parent / "catalogue"
 

@@ -8,10 +8,10 @@ steps) and passes it as `servers`.
 
 from __future__ import annotations
 
-from agents.collect import CollectedRollout, InProcessServers, LocalExecutor, collect
-from agents.rollout.loop import RetryPolicy
-from scenarios.build import model_server_settings, reward_server_settings, step_specs
-from scenarios.model import Scenario
+from compactsim.agents.collect import CollectedRollout, InProcessServers, LocalExecutor, collect
+from compactsim.agents.rollout.loop import RetryPolicy
+from compactsim.scenarios.build import model_server_settings, reward_server_settings, step_specs
+from compactsim.scenarios.model import Scenario
 
 
 def in_process_servers(scenario: Scenario) -> InProcessServers:

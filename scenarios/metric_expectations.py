@@ -4,7 +4,7 @@ Grammar of one scenario entry ``{key: check}``::
 
     key    := METRIC | FUNC "(" METRIC ")"
     FUNC   := mean | min | max | sum | first | last | all | any
-    METRIC := [A-Za-z0-9_./-]+            (a key of harness.core.metrics, or any logged metric)
+    METRIC := [A-Za-z0-9_./-]+            (a key of compactsim.harness.core.metrics, or any logged metric)
     check  := {equals: x}
             | {max_abs_dev: d, reference: r}        |actual - r| <= d
             | {min: lo} | {max: hi} | {min: lo, max: hi}
@@ -27,9 +27,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from harness.core.errors import ConfigError
-from harness.core.expectations import MetricExpectation
-from harness.core.metrics import STEP_COUNT_KEYS
+from compactsim.harness.core.errors import ConfigError
+from compactsim.harness.core.expectations import MetricExpectation
+from compactsim.harness.core.metrics import STEP_COUNT_KEYS
 
 AGGREGATES: tuple[str, ...] = ("mean", "min", "max", "sum", "first", "last", "all", "any")
 CHECK_KEYS: tuple[str, ...] = ("equals", "max_abs_dev", "reference", "min", "max", "between")

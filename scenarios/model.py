@@ -5,7 +5,7 @@ flavour), how the servers answer (scripted or policy mode, drift, faults, reward
 flags), how the trainer is configured, what is done to the evidence afterwards (an adversarial
 mutation of one rollout, a batch-level corruption), and what a correct consumer must conclude
 (`expect`: success, or an error code and turn) plus declarative metric expectations. It is data
-only: `scenarios.build` turns it into rollout specs and server settings, the oracle turns it and
+only: `compactsim.scenarios.build` turns it into rollout specs and server settings, the oracle turns it and
 the agents' ground-truth logs into exact expectations.
 
 Rollouts are addressed by (step, group, index): rollout ``s{step}-g{group}-r{index}`` of group
@@ -22,16 +22,16 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from agents.compaction.config import ContextHistoryConfig
-from agents.compaction.presets import policy_preset
-from agents.rollout.script import Flavour, ImageSpec, RolloutScript, TurnScript, scripted_turns
-from harness.core.errors import CONTRACT_CODES, ConfigError
-from mock_servers.model_server.settings import FaultKind
-from scenarios.metric_expectations import parse_metric_expectations
-from scenarios.mutations import MUTATIONS_BY_NAME
+from compactsim.agents.compaction.config import ContextHistoryConfig
+from compactsim.agents.compaction.presets import policy_preset
+from compactsim.agents.rollout.script import Flavour, ImageSpec, RolloutScript, TurnScript, scripted_turns
+from compactsim.harness.core.errors import CONTRACT_CODES, ConfigError
+from compactsim.mock_servers.model_server.settings import FaultKind
+from compactsim.scenarios.metric_expectations import parse_metric_expectations
+from compactsim.scenarios.mutations import MUTATIONS_BY_NAME
 
 if TYPE_CHECKING:  # the config types are read lazily, so importing a scenario never loads the pipeline
-    from harness.pipeline.train_config import TrainerConfig
+    from compactsim.harness.pipeline.train_config import TrainerConfig
 
 #: Catalogue scenarios stay small so the whole catalogue runs in seconds.
 MAX_GROUPS = 8
@@ -64,7 +64,7 @@ class _Strict(BaseModel):
 
 
 class TurnsGenerator(_Strict):
-    """Arguments of `agents.scripted_turns`: `turns - 1` tool calls with screenshots, then an answer."""
+    """Arguments of `compactsim.agents.scripted_turns`: `turns - 1` tool calls with screenshots, then an answer."""
 
     turns: int = Field(4, ge=1, le=MAX_TURNS)
     images_per_observation: int = Field(1, ge=0, le=4)
@@ -123,7 +123,7 @@ CompactionRef = str | ContextHistoryConfig
 
 
 def resolve_compaction(ref: CompactionRef) -> ContextHistoryConfig:
-    """A preset name (`agents.policy_preset`) or an explicit `ContextHistoryConfig`."""
+    """A preset name (`compactsim.agents.policy_preset`) or an explicit `ContextHistoryConfig`."""
     return policy_preset(ref) if isinstance(ref, str) else ref
 
 
@@ -232,7 +232,7 @@ class FaultRef(_Strict):
 
 
 class MutationRef(_Strict):
-    """Apply the named `scenarios.mutations` mutation to one rollout's Gym result."""
+    """Apply the named `compactsim.scenarios.mutations` mutation to one rollout's Gym result."""
 
     name: str
     step: int = Field(0, ge=0)
@@ -452,7 +452,7 @@ class Scenario(_Strict):
 
     def trainer_config(self) -> TrainerConfig:
         """`TrainerConfig` of this scenario, validated for the physical-trace path (`ConfigError` otherwise)."""
-        from harness.pipeline.train_config import parse_trainer_config, validate_physical_trace_training_config
+        from compactsim.harness.pipeline.train_config import parse_trainer_config, validate_physical_trace_training_config
 
         return validate_physical_trace_training_config(parse_trainer_config(self.trainer_values()))
 
@@ -477,7 +477,7 @@ class Scenario(_Strict):
         }
 
     def training_recipe(self) -> dict[str, Any]:
-        """The run recipe fields of `harness.train_run.RunRecipe` for a uniform generated scenario.
+        """The run recipe fields of `compactsim.harness.train_run.RunRecipe` for a uniform generated scenario.
 
         Raises `ConfigError("invalid_argument")` when the scenario cannot be expressed as a recipe
         (explicit turns, per-rollout overrides, non-pattern rewards, mutations, faults).

@@ -13,8 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from harness.core.digests import generation_evidence_digest
-from harness.core.errors import ContractCode
+from compactsim.harness.core.digests import generation_evidence_digest
+from compactsim.harness.core.errors import ContractCode
 
 Payload = dict[str, Any]
 

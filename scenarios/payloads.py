@@ -11,7 +11,7 @@ import copy
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.core.digests import canonical_digest, generation_evidence_digest, stable_id
+from compactsim.harness.core.digests import canonical_digest, generation_evidence_digest, stable_id
 
 #: A valid 1x1 RGB PNG (the one in the reference example).
 PNG_1X1 = "data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAIAAACQd1PeAAAADElEQVR4nGP4z8AAAAMBAQDJ/pLvAAAAAElFTkSuQmCC"

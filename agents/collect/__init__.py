@@ -1,6 +1,6 @@
 """Collect many rollouts (agent loop + reward + emitted evidence + ground truth) on threads or Ray actors."""
 
-from agents.collect.rollouts import (
+from compactsim.agents.collect.rollouts import (
     CollectedRollout,
     Executor,
     HttpServers,

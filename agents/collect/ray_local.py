@@ -24,7 +24,7 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from harness.core.errors import ConfigError
+from compactsim.harness.core.errors import ConfigError
 
 HOST = "127.0.0.1"
 #: Seconds `check_ray_address` waits for a cluster's GCS to answer before giving up.

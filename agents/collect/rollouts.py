@@ -18,13 +18,13 @@ from typing import Any, Literal, Protocol
 
 import httpx
 
-from agents.evidence import emit_response, emit_result, responses_create_params
-from agents.rollout.ground_truth import ground_truth_log
-from agents.rollout.loop import CallFailed, RetryPolicy, ScriptedAgent, post_json
-from agents.collect.ray_local import local_ray
-from agents.rollout.record import RolloutFailure, RolloutRecord
-from agents.rollout.script import RolloutSpec
-from harness.core.digests import canonical_digest
+from compactsim.agents.evidence import emit_response, emit_result, responses_create_params
+from compactsim.agents.rollout.ground_truth import ground_truth_log
+from compactsim.agents.rollout.loop import CallFailed, RetryPolicy, ScriptedAgent, post_json
+from compactsim.agents.collect.ray_local import local_ray
+from compactsim.agents.rollout.record import RolloutFailure, RolloutRecord
+from compactsim.agents.rollout.script import RolloutSpec
+from compactsim.harness.core.digests import canonical_digest
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,11 +158,11 @@ class InProcessServers:
 
     @contextmanager
     def open(self) -> Iterator[tuple[httpx.Client, httpx.Client | None]]:
-        from mock_servers.model_server import ServerSettings
-        from mock_servers.model_server import create_app as model_app
-        from mock_servers.reward_server import RewardSettings
-        from mock_servers.reward_server import create_app as reward_app
-        from mock_servers.serving import client_timeout_s, inprocess_client
+        from compactsim.mock_servers.model_server import ServerSettings
+        from compactsim.mock_servers.model_server import create_app as model_app
+        from compactsim.mock_servers.reward_server import RewardSettings
+        from compactsim.mock_servers.reward_server import create_app as reward_app
+        from compactsim.mock_servers.serving import client_timeout_s, inprocess_client
 
         # the in-process clients enforce the same read timeout as HTTP ones (a `timeout` fault fires)
         seconds = client_timeout_s(self.model_settings)
@@ -247,7 +247,7 @@ class RayExecutor:
 
 
 def ray_session(num_cpus: int):  # -> ContextManager[None]
-    """Ray on 127.0.0.1 for collection (see `agents.collect.ray_local.local_ray`)."""
+    """Ray on 127.0.0.1 for collection (see `compactsim.agents.collect.ray_local.local_ray`)."""
     return local_ray(num_cpus)
 
 

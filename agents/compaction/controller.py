@@ -12,12 +12,12 @@ from collections import Counter
 from dataclasses import dataclass, replace
 from typing import Any
 
-from agents.compaction.config import CompactionScheduleConfig
-from agents.compaction.history import SemanticHistory, semantic_part_digest, view_digest
-from agents.compaction.lineage import Disposition, build_lineage
-from agents.compaction.view import MaterializedView, append_compatible, materialize
-from agents.compaction.policies import HistoryPolicy, HistoryViewPlan, KeepRef
-from harness.core.digests import canonical_digest, ordered_id_digest
+from compactsim.agents.compaction.config import CompactionScheduleConfig
+from compactsim.agents.compaction.history import SemanticHistory, semantic_part_digest, view_digest
+from compactsim.agents.compaction.lineage import Disposition, build_lineage
+from compactsim.agents.compaction.view import MaterializedView, append_compatible, materialize
+from compactsim.agents.compaction.policies import HistoryPolicy, HistoryViewPlan, KeepRef
+from compactsim.harness.core.digests import canonical_digest, ordered_id_digest
 
 
 @dataclass(frozen=True, slots=True)

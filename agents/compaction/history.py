@@ -14,9 +14,9 @@ from copy import deepcopy
 from dataclasses import dataclass
 from typing import Any
 
-from agents.items import IMAGE_PART_TYPES, strip_completion_evidence
-from agents.media.arena import MediaArena
-from harness.core.digests import canonical_digest
+from compactsim.agents.items import IMAGE_PART_TYPES, strip_completion_evidence
+from compactsim.agents.media.arena import MediaArena
+from compactsim.harness.core.digests import canonical_digest
 
 #: Gym's built-in semantic part kinds (others must be registered before use).
 SEMANTIC_PART_KINDS: frozenset[str] = frozenset(

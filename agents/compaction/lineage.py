@@ -6,8 +6,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
-from agents.compaction.history import SemanticHistory, semantic_part_digest
-from harness.core.digests import canonical_digest
+from compactsim.agents.compaction.history import SemanticHistory, semantic_part_digest
+from compactsim.harness.core.digests import canonical_digest
 
 Disposition = Literal["kept", "dropped", "replaced", "summarized", "transformed"]
 #: (disposition, output unit ids, output digests) per source part id.

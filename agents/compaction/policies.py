@@ -13,7 +13,7 @@ from typing import Any, Protocol, TypeVar
 
 from pydantic import BaseModel
 
-from agents.compaction.config import (
+from compactsim.agents.compaction.config import (
     POLICY_TYPES,
     HistoryPolicyConfig,
     RecencyHistoryPolicyConfig,
@@ -21,9 +21,9 @@ from agents.compaction.config import (
     ThinkStripConfig,
     ToolOutputTruncationConfig,
 )
-from agents.compaction.history import SemanticEvent, SemanticHistory, SemanticPart, semantic_part_digest
-from agents.compaction.lineage import Disposition, PolicyDecision, build_lineage
-from harness.core.digests import canonical_digest, ordered_id_digest
+from compactsim.agents.compaction.history import SemanticEvent, SemanticHistory, SemanticPart, semantic_part_digest
+from compactsim.agents.compaction.lineage import Disposition, PolicyDecision, build_lineage
+from compactsim.harness.core.digests import canonical_digest, ordered_id_digest
 
 EventPart = tuple[SemanticEvent, SemanticPart]
 #: (disposition, output unit ids, output digests) per source part id, as `build_lineage` reads it.

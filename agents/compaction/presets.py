@@ -19,8 +19,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from agents.compaction.config import ContextHistoryConfig
-from harness.core.errors import ConfigError
+from compactsim.agents.compaction.config import ContextHistoryConfig
+from compactsim.harness.core.errors import ConfigError
 
 #: Presets worth listing (any name the grammar accepts works).
 PRESETS: tuple[str, ...] = (

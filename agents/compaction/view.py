@@ -7,9 +7,9 @@ from copy import deepcopy
 from dataclasses import dataclass
 from typing import Any
 
-from agents.compaction.history import SemanticHistory
-from agents.compaction.lineage import PolicyDecision
-from agents.compaction.policies import Artifact, HistoryViewPlan
+from compactsim.agents.compaction.history import SemanticHistory
+from compactsim.agents.compaction.lineage import PolicyDecision
+from compactsim.agents.compaction.policies import Artifact, HistoryViewPlan
 
 
 @dataclass(frozen=True, slots=True)

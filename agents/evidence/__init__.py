@@ -12,13 +12,13 @@ Flavours (gym-contract.md §1, §5, §8):
 is gym-check's live-mode emitter (it drives `CompactionSession` directly).
 """
 
-from agents.evidence.envelope import contract_identity, response_envelope, responses_create_params
-from agents.evidence.gym_full import emit_full
-from agents.evidence.gym_transport import emit_transport
-from agents.evidence.osworld import emit_osworld
-from agents.evidence.plain import emit_plain
-from agents.evidence.pr2870 import emit_pr2870
-from agents.evidence.result import emit_response, emit_result
+from compactsim.agents.evidence.envelope import contract_identity, response_envelope, responses_create_params
+from compactsim.agents.evidence.gym_full import emit_full
+from compactsim.agents.evidence.gym_transport import emit_transport
+from compactsim.agents.evidence.osworld import emit_osworld
+from compactsim.agents.evidence.plain import emit_plain
+from compactsim.agents.evidence.pr2870 import emit_pr2870
+from compactsim.agents.evidence.result import emit_response, emit_result
 
 __all__ = [
     "contract_identity",

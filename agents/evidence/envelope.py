@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from agents.rollout.record import RolloutRecord
+from compactsim.agents.rollout.record import RolloutRecord
 
 
 def require_calls(record: RolloutRecord) -> None:

@@ -7,14 +7,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from agents.evidence.envelope import (
+from compactsim.agents.evidence.envelope import (
     contract_identity,
     evidence_tail,
     lineage_fields,
     require_calls,
     response_envelope,
 )
-from agents.rollout.record import RolloutRecord
+from compactsim.agents.rollout.record import RolloutRecord
 
 
 def emit_full(record: RolloutRecord, *, include_lineage: bool = True) -> dict[str, Any]:

@@ -8,15 +8,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from agents.evidence.envelope import (
+from compactsim.agents.evidence.envelope import (
     contract_identity,
     evidence_tail,
     lineage_fields,
     require_calls,
     response_envelope,
 )
-from agents.items import without_image_parts
-from agents.rollout.record import RolloutRecord
+from compactsim.agents.items import without_image_parts
+from compactsim.agents.rollout.record import RolloutRecord
 
 
 def transport_body(record: RolloutRecord, *, include_lineage: bool) -> dict[str, Any]:

@@ -1,6 +1,6 @@
 """Our side of gym-check's live mode: a live script driven through `CompactionSession` and emitted.
 
-`harness.gym_check` runs a `LiveScript` through the revision's own `ContextCompactionSession`
+`compactsim.harness.gym_check` runs a `LiveScript` through the revision's own `ContextCompactionSession`
 and compares the transport payload it gets with `emit_live_script(script)`. To be comparable,
 this module feeds our session exactly what Gym's live driver feeds Gym's:
 
@@ -13,7 +13,7 @@ this module feeds our session exactly what Gym's live driver feeds Gym's:
 - `/run`'s stamping of group_id, task_id, rollout_index and attempt_index on the contract.
 
 The script is read duck-typed (a `LiveScript`, any object with its attributes, or its
-`model_dump()` dict), so agents (floor 2) never import `harness.gym_check` (floor 4).
+`model_dump()` dict), so agents (floor 2) never import `compactsim.harness.gym_check` (floor 4).
 """
 
 from __future__ import annotations
@@ -22,13 +22,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from agents.compaction.config import ContextHistoryConfig
-from agents.evidence.gym_transport import emit_transport
-from agents.rollout.gym_items import gym_input_items, gym_observation_item, gym_output_item
-from agents.rollout.record import ModelCallLog, RolloutRecord, StopReason, record_from_session
-from agents.rollout.script import RolloutScript, RolloutSpec, TurnScript
-from agents.rollout.session import CompactionSession, build_generation_contract
-from harness.core.errors import ConfigError
+from compactsim.agents.compaction.config import ContextHistoryConfig
+from compactsim.agents.evidence.gym_transport import emit_transport
+from compactsim.agents.rollout.gym_items import gym_input_items, gym_observation_item, gym_output_item
+from compactsim.agents.rollout.record import ModelCallLog, RolloutRecord, StopReason, record_from_session
+from compactsim.agents.rollout.script import RolloutScript, RolloutSpec, TurnScript
+from compactsim.agents.rollout.session import CompactionSession, build_generation_contract
+from compactsim.harness.core.errors import ConfigError
 
 #: `LiveScript.model_server`'s default (Gym's compaction model server ref, reference §8).
 DEFAULT_LIVE_MODEL_SERVER: dict[str, str] = {"type": "responses_api_models", "name": "policy_model_for_compaction"}

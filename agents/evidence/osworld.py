@@ -16,9 +16,9 @@ import json
 from collections import Counter
 from typing import Any
 
-from agents.evidence.envelope import contract_identity, response_envelope
-from agents.rollout.record import RolloutRecord
-from agents.rollout.session import INCOMPLETE_REASONS
+from compactsim.agents.evidence.envelope import contract_identity, response_envelope
+from compactsim.agents.rollout.record import RolloutRecord
+from compactsim.agents.rollout.session import INCOMPLETE_REASONS
 
 POLICY_NAME = "osworld_exact_prompt_trace"
 POLICY_VERSION = "1"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from agents.evidence.envelope import require_calls, response_envelope
-from agents.rollout.record import RolloutRecord
+from compactsim.agents.evidence.envelope import require_calls, response_envelope
+from compactsim.agents.rollout.record import RolloutRecord
 
 
 def emit_plain(record: RolloutRecord) -> dict[str, Any]:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from agents.evidence.envelope import contract_identity
-from agents.evidence.gym_transport import transport_body
-from agents.rollout.record import RolloutRecord
+from compactsim.agents.evidence.envelope import contract_identity
+from compactsim.agents.evidence.gym_transport import transport_body
+from compactsim.agents.rollout.record import RolloutRecord
 
 
 def emit_pr2870(record: RolloutRecord, *, include_lineage: bool = True) -> dict[str, Any]:

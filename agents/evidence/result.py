@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from agents.evidence.envelope import responses_create_params
-from agents.evidence.gym_full import emit_full
-from agents.evidence.gym_transport import emit_transport
-from agents.evidence.osworld import emit_osworld
-from agents.evidence.plain import emit_plain
-from agents.evidence.pr2870 import emit_pr2870
-from agents.rollout.record import RolloutRecord
-from agents.rollout.script import Flavour
+from compactsim.agents.evidence.envelope import responses_create_params
+from compactsim.agents.evidence.gym_full import emit_full
+from compactsim.agents.evidence.gym_transport import emit_transport
+from compactsim.agents.evidence.osworld import emit_osworld
+from compactsim.agents.evidence.plain import emit_plain
+from compactsim.agents.evidence.pr2870 import emit_pr2870
+from compactsim.agents.rollout.record import RolloutRecord
+from compactsim.agents.rollout.script import Flavour
 
 
 def emit_response(record: RolloutRecord, flavour: Flavour, *, include_lineage: bool = True) -> dict[str, Any]:

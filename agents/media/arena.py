@@ -10,7 +10,7 @@ from copy import deepcopy
 from dataclasses import dataclass
 from typing import Any
 
-from harness.core.digests import canonical_json
+from compactsim.harness.core.digests import canonical_json
 
 _PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 _PNG_COLOUR_MODES = {0: "L", 2: "RGB", 3: "P", 4: "LA", 6: "RGBA"}

@@ -1,6 +1,6 @@
 """Deterministic synthetic images drawn with Pillow: desktop-like screens and simple shapes.
 
-An image is a pure function of (seed, spec): colours and layout come from `harness.core.seeds`
+An image is a pure function of (seed, spec): colours and layout come from `compactsim.harness.core.seeds`
 keyed by the spec's `key`, so the same key always gives the same PNG bytes (hence the same Gym
 media id), two keys give different images, and "same-shape" images differ only in colour.
 """
@@ -14,7 +14,7 @@ from typing import Literal
 
 from PIL import Image, ImageDraw
 
-from harness.core.seeds import rng
+from compactsim.harness.core.seeds import rng
 
 ImageKind = Literal["screen", "shape"]
 Shape = Literal["circle", "square", "triangle", "cross"]

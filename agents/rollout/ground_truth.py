@@ -32,10 +32,10 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from agents.items import TOKEN_FIELDS, is_image_part
-from agents.media.arena import media_id_for
-from agents.rollout.record import ModelCallLog, RolloutRecord
-from harness.core.trace_plan import physical_trace_id
+from compactsim.agents.items import TOKEN_FIELDS, is_image_part
+from compactsim.agents.media.arena import media_id_for
+from compactsim.agents.rollout.record import ModelCallLog, RolloutRecord
+from compactsim.harness.core.trace_plan import physical_trace_id
 
 FORMAT = "compactsim.ground_truth"
 VERSION = 1

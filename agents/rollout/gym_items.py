@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from agents.items import TOKEN_FIELDS
-from harness.core.errors import ConfigError
+from compactsim.agents.items import TOKEN_FIELDS
+from compactsim.harness.core.errors import ConfigError
 
 _REQUIRED = object()
 #: (field, default) in Gym 0.7.0's dump order; `_REQUIRED` fields are copied only when present.

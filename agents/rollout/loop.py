@@ -21,11 +21,11 @@ from typing import Any
 
 import httpx
 
-from agents.rollout.chat import chat_body, completion_problem, completion_to_response
-from agents.rollout.gym_items import gym_input_items, gym_observation_item, gym_output_item
-from agents.items import function_call_output, function_calls, input_text, user_message
-from agents.media.arena import media_id_for
-from agents.rollout.record import (
+from compactsim.agents.rollout.chat import chat_body, completion_problem, completion_to_response
+from compactsim.agents.rollout.gym_items import gym_input_items, gym_observation_item, gym_output_item
+from compactsim.agents.items import function_call_output, function_calls, input_text, user_message
+from compactsim.agents.media.arena import media_id_for
+from compactsim.agents.rollout.record import (
     TRANSIENT_FAILURES,
     Attempt,
     FailureKind,
@@ -35,8 +35,8 @@ from agents.rollout.record import (
     StopReason,
     record_from_session,
 )
-from agents.rollout.script import RolloutSpec
-from agents.rollout.session import CompactionSession, EvidenceViolation, build_generation_contract
+from compactsim.agents.rollout.script import RolloutSpec
+from compactsim.agents.rollout.session import CompactionSession, EvidenceViolation, build_generation_contract
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,10 +6,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from agents.compaction.controller import ChunkRecord, RewriteBoundary
-from agents.compaction.lineage import LineageDelta, PolicyDecision
-from agents.rollout.script import RolloutSpec
-from agents.rollout.session import CompactionSession, GenerationContract, ObservedCompletion, PreparedCall
+from compactsim.agents.compaction.controller import ChunkRecord, RewriteBoundary
+from compactsim.agents.compaction.lineage import LineageDelta, PolicyDecision
+from compactsim.agents.rollout.script import RolloutSpec
+from compactsim.agents.rollout.session import CompactionSession, GenerationContract, ObservedCompletion, PreparedCall
 
 StopReason = Literal["no_tool_call", "max_steps", "length"]
 FailureKind = Literal[

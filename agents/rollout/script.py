@@ -13,18 +13,18 @@ from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from agents.compaction.config import ContextHistoryConfig
-from agents.media.images import SHAPES, ImageRecipe, png_data_url, render_png
-from agents.items import input_image, input_text, user_message
-from harness.core.evidence import FLAVOURS
-from harness.core.seeds import check_seed, derive_int
+from compactsim.agents.compaction.config import ContextHistoryConfig
+from compactsim.agents.media.images import SHAPES, ImageRecipe, png_data_url, render_png
+from compactsim.agents.items import input_image, input_text, user_message
+from compactsim.harness.core.evidence import FLAVOURS
+from compactsim.harness.core.seeds import check_seed, derive_int
 
 Flavour = Literal["gym-0.7.0-transport", "gym-0.7.0-full", "gym-pr2870", "osworld", "none"]
 #: Gym's model server reference for the compaction model (feeds `model_contract_id`).
 DEFAULT_MODEL_SERVER: dict[str, str] = {"type": "responses_api_models", "name": "policy_model_for_compaction"}
 
 
-assert set(FLAVOURS) == set(get_args(Flavour)), "Flavour out of sync with harness.core.evidence.FLAVOURS"
+assert set(FLAVOURS) == set(get_args(Flavour)), "Flavour out of sync with compactsim.harness.core.evidence.FLAVOURS"
 
 
 class _Strict(BaseModel):

@@ -13,13 +13,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from agents.compaction.config import ContextHistoryConfig
-from agents.compaction.controller import PreparedView, RewriteBoundary, build_controller
-from agents.compaction.history import SemanticHistory
-from agents.items import TOKEN_FIELDS, is_token_bearing
-from agents.compaction.lineage import LineageDelta, PolicyDecision, UnitLineageRecord, lineage_delta
-from agents.compaction.policies import build_policy
-from harness.core.digests import canonical_digest, stable_id
+from compactsim.agents.compaction.config import ContextHistoryConfig
+from compactsim.agents.compaction.controller import PreparedView, RewriteBoundary, build_controller
+from compactsim.agents.compaction.history import SemanticHistory
+from compactsim.agents.items import TOKEN_FIELDS, is_token_bearing
+from compactsim.agents.compaction.lineage import LineageDelta, PolicyDecision, UnitLineageRecord, lineage_delta
+from compactsim.agents.compaction.policies import build_policy
+from compactsim.harness.core.digests import canonical_digest, stable_id
 
 #: Gym's reasons why its generation contract is never training-eligible.
 INCOMPLETE_REASONS: tuple[str, ...] = (

@@ -1,9 +1,9 @@
 """The audit: compare every step a trainer took with the oracle's expectation, row by row and token by token."""
 
-from harness.audit.audit import AuditReport, audit_run, audit_step, run_level_expectations
-from harness.audit.checks import Tolerances
-from harness.audit.findings import CHECKS, Finding, reproduce_command, sort_findings
-from harness.audit.observed import (
+from compactsim.harness.audit.audit import AuditReport, audit_run, audit_step, run_level_expectations
+from compactsim.harness.audit.checks import Tolerances
+from compactsim.harness.audit.findings import CHECKS, Finding, reproduce_command, sort_findings
+from compactsim.harness.audit.observed import (
     ObservedError,
     ObservedLogical,
     ObservedRow,

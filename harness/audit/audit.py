@@ -12,12 +12,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from harness.audit import checks as C
-from harness.audit import training_checks as T
-from harness.audit.findings import Finding, reproduce_command, sort_findings
-from harness.audit.observed import ObservedRun, ObservedStep
-from harness.core import metrics as M
-from harness.core.expectations import ExpectedStep, ExpectedTrainingStep, MetricExpectation, ScenarioExpectation
+from compactsim.harness.audit import checks as C
+from compactsim.harness.audit import training_checks as T
+from compactsim.harness.audit.findings import Finding, reproduce_command, sort_findings
+from compactsim.harness.audit.observed import ObservedRun, ObservedStep
+from compactsim.harness.core import metrics as M
+from compactsim.harness.core.expectations import ExpectedStep, ExpectedTrainingStep, MetricExpectation, ScenarioExpectation
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,7 +116,7 @@ def audit_run(
 ) -> AuditReport:
     """Compare a whole run with the oracle; `backend` ("module:attr") goes into the reproduction command.
 
-    `training` holds the oracle's step truths (`harness.oracle.training`) for the steps whose state the
+    `training` holds the oracle's step truths (`compactsim.harness.oracle.training`) for the steps whose state the
     harness measured; `router_replay` says the trainer had router replay on, so every real row must carry
     its routes.
     """

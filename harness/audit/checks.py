@@ -14,12 +14,12 @@ from typing import Any
 
 import numpy as np
 
-from harness.audit.findings import Finding
-from harness.audit.observed import BACKEND_ERROR, ObservedError, ObservedRow, ObservedStep
-from harness.core.errors import ConfigError
-from harness.core.expectations import ExpectedError, ExpectedRollout, ExpectedRow, ExpectedStep, MetricExpectation
-from scenarios.metric_expectations import describe, passes
-from scenarios.metric_expectations import evaluate as evaluate_metrics
+from compactsim.harness.audit.findings import Finding
+from compactsim.harness.audit.observed import BACKEND_ERROR, ObservedError, ObservedRow, ObservedStep
+from compactsim.harness.core.errors import ConfigError
+from compactsim.harness.core.expectations import ExpectedError, ExpectedRollout, ExpectedRow, ExpectedStep, MetricExpectation
+from compactsim.scenarios.metric_expectations import describe, passes
+from compactsim.scenarios.metric_expectations import evaluate as evaluate_metrics
 
 
 @dataclass(frozen=True, slots=True)
@@ -513,7 +513,7 @@ def check_metric_expectations(
     run_expectations: Sequence[MetricExpectation],
     steps: Sequence[tuple[int, Mapping[str, float | int]]],
 ) -> list[Finding]:
-    """Declarative metric checks (grammar and semantics: `scenarios.metric_expectations`).
+    """Declarative metric checks (grammar and semantics: `compactsim.scenarios.metric_expectations`).
 
     `step_expectations` pairs a step with the checks its `ExpectedStep` lists (those without an
     aggregate are evaluated on that step alone); `run_expectations` are evaluated once over every

@@ -14,9 +14,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from harness.core.artifacts import StepArtifact, pixel_digest
-from harness.core.digests import bytes_digest
-from harness.core.training_state import MeasuredStep
+from compactsim.harness.core.artifacts import StepArtifact, pixel_digest
+from compactsim.harness.core.digests import bytes_digest
+from compactsim.harness.core.training_state import MeasuredStep
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -123,7 +123,7 @@ def rgb_pixel_digest(pixels: Any) -> str:
 
     `pixels` is a (3, H, W) float tensor/array in [0, 1] (what a batch carries) or an
     (H, W, 3) uint8 array (a decoded image); both give the same digest for the same image.
-    Float pixels go through `harness.core.artifacts.pixel_digest` (what step artifacts record), so
+    Float pixels go through `compactsim.harness.core.artifacts.pixel_digest` (what step artifacts record), so
     the audit and the artifacts share one formula; the oracle keeps its own.
     """
     if hasattr(pixels, "detach"):

@@ -14,11 +14,11 @@ from collections.abc import Mapping
 
 import torch
 
-from harness.audit.checks import Reporter, Tolerances, close
-from harness.audit.findings import Finding
-from harness.core import metrics as M
-from harness.core.training_state import MeasuredStep
-from harness.core.expectations import ExpectedTrainingStep as StepTruth
+from compactsim.harness.audit.checks import Reporter, Tolerances, close
+from compactsim.harness.audit.findings import Finding
+from compactsim.harness.core import metrics as M
+from compactsim.harness.core.training_state import MeasuredStep
+from compactsim.harness.core.expectations import ExpectedTrainingStep as StepTruth
 
 
 def _metric(metrics: Mapping[str, float | int], key: str) -> float | None:

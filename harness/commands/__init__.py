@@ -1,1 +1,1 @@
-"""CLI commands, one module each; `harness.cli` assembles them."""
+"""CLI commands, one module each; `compactsim.harness.cli` assembles them."""

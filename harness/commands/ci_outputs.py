@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from harness.core.errors import ConfigError
+from compactsim.harness.core.errors import ConfigError
 
 
 def format_progress_line(index: int, total: int, name: str, passed: bool, seconds: float) -> str:
@@ -17,8 +17,8 @@ def format_progress_line(index: int, total: int, name: str, passed: bool, second
 def write_ci_outputs(cases: Sequence[Any], *, title: str, suite: str, junit_xml: Path | None,
                      markdown: Path | None) -> dict[str, Path]:
     """Write the JUnit XML and Markdown files asked for and append to $GITHUB_STEP_SUMMARY when set."""
-    from harness.report.junit import format_junit_xml
-    from harness.report.markdown import append_step_summary, format_markdown
+    from compactsim.harness.report.junit import format_junit_xml
+    from compactsim.harness.report.markdown import append_step_summary, format_markdown
 
     written: dict[str, Path] = {}
     text = format_markdown(cases, title=title)

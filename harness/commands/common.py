@@ -11,8 +11,8 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape as rich_escape
 
-from harness.core.errors import CompactsimError, ContractError
-from harness.core.json_input import InputError, load_json_documents
+from compactsim.harness.core.errors import CompactsimError, ContractError
+from compactsim.harness.core.json_input import InputError, load_json_documents
 
 
 class ExitCode(IntEnum):
@@ -38,7 +38,7 @@ err_console = _console(stderr=True)
 
 
 def load_results(path: Path) -> list[Any]:
-    """A file holding one result object, a JSON list of results, or JSON lines (limits: `harness.core.json_input`)."""
+    """A file holding one result object, a JSON list of results, or JSON lines (limits: `compactsim.harness.core.json_input`)."""
     return load_json_documents(path, what="Gym result file")
 
 

@@ -19,9 +19,9 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from harness.commands.common import ExitCode, console, err_console, print_json, report_error
-from harness.core.errors import CompactsimError
-from harness.core.json_input import limits_help
+from compactsim.harness.commands.common import ExitCode, console, err_console, print_json, report_error
+from compactsim.harness.core.errors import CompactsimError
+from compactsim.harness.core.json_input import limits_help
 
 DEFAULT_OUT = Path("compactsim-goldens")
 
@@ -49,11 +49,11 @@ def export_command(
     json_output: Annotated[bool, typer.Option("--json", help="print the manifest as JSON instead of the table")] = False,
 ) -> None:
     """Export scenarios as golden files another trainer's CI can check its rows against (`compactsim verify`)."""
-    from harness.golden.export import export_goldens
-    from harness.golden.reader import read_golden
-    from harness.golden.reference import backend_dump
-    from harness.golden.rows_dump import format_dump, metrics_line
-    from harness.commands.selection import select_scenarios
+    from compactsim.harness.golden.export import export_goldens
+    from compactsim.harness.golden.reader import read_golden
+    from compactsim.harness.golden.reference import backend_dump
+    from compactsim.harness.golden.rows_dump import format_dump, metrics_line
+    from compactsim.harness.commands.selection import select_scenarios
 
     try:
         selected = select_scenarios(scenarios or [])

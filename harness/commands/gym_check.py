@@ -7,17 +7,17 @@ from typing import Annotated
 
 import typer
 
-from harness.commands.common import ExitCode, console, print_json, report_error
-from harness.core.errors import CompactsimError
-from harness.core.json_input import limits_help
+from compactsim.harness.commands.common import ExitCode, console, print_json, report_error
+from compactsim.harness.core.errors import CompactsimError
+from compactsim.harness.core.json_input import limits_help
 
-#: Mirrors `harness.gym_check.venv.CACHE_ENV` (not imported here: `compactsim --help` stays fast).
+#: Mirrors `compactsim.harness.gym_check.venv.CACHE_ENV` (not imported here: `compactsim --help` stays fast).
 CACHE_ENV = "COMPACTSIM_GYM_CACHE"
 
 
 def check_payload_files(paths: list[Path]) -> None:
     """Read every payload file (directories: their .json/.jsonl files) within the input limits, before any venv work."""
-    from harness.core.json_input import InputError, load_json_documents
+    from compactsim.harness.core.json_input import InputError, load_json_documents
 
     for path in paths:
         if path.is_dir():
@@ -36,7 +36,7 @@ def gym_check_command(
     out: Annotated[Path, typer.Option("--out", help="directory for gym-check.json (and live/ payloads)")] = Path("out/gym-check"),
     payloads: Annotated[
         list[Path] | None,
-        typer.Option("--payloads", help="our evidence to validate: .json, .jsonl or a directory (repeatable); default: examples/"),
+        typer.Option("--payloads", help="our evidence to validate: .json, .jsonl or a directory (repeatable); default: the bundled reference payloads (compactsim.examples_dir())"),
     ] = None,
     scenario: Annotated[
         list[str] | None, typer.Option("--scenario", help="live scenario to run (repeatable); default: all")
@@ -63,7 +63,7 @@ def gym_check_command(
     Exit 0: compatible. Exit 3: drift the planner cannot accept (each one is named), or "contract
     absent" (a NeMo-Gym without the compaction agent). Exit 2: the revision could not be set up.
     """
-    from harness.gym_check import GymCheckOptions, format_report, run_gym_check, write_report
+    from compactsim.harness.gym_check import GymCheckOptions, format_report, run_gym_check, write_report
 
     opts = GymCheckOptions(
         spec=gym, live=live, cache_dir=cache_dir, offline=offline, payload_paths=tuple(payloads or ()),

@@ -9,13 +9,13 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.table import Table
 
-from harness.commands.common import ExitCode, console, load_results, print_json, report_error
-from harness.core.errors import CompactsimError
-from harness.core.json_input import limits_help
+from compactsim.harness.commands.common import ExitCode, console, load_results, print_json, report_error
+from compactsim.harness.core.errors import CompactsimError
+from compactsim.harness.core.json_input import limits_help
 
 if TYPE_CHECKING:  # torch and the pipeline load only when the command runs (fast `compactsim --help`)
-    from harness.core.batch import TraceBatch
-    from harness.core.trace_plan import TracePlan
+    from compactsim.harness.core.batch import TraceBatch
+    from compactsim.harness.core.trace_plan import TracePlan
 
 
 def format_batch_json(batch: TraceBatch) -> dict[str, Any]:
@@ -60,8 +60,8 @@ def format_batch_table(batch: TraceBatch) -> Table:
 
 
 def _plans(files: list[Path], missing_reward: float) -> list[TracePlan]:
-    from harness.pipeline.ingest import normalize_result
-    from harness.pipeline.planner import plan_rollout
+    from compactsim.harness.pipeline.ingest import normalize_result
+    from compactsim.harness.pipeline.planner import plan_rollout
 
     plans: list[TracePlan] = []
     for path in files:
@@ -92,9 +92,9 @@ def materialize_command(
     ] = 0.0,
 ) -> None:
     """Plan and materialize every rollout in FILE... as one batch; print each row."""
-    from harness.pipeline.advantages import compute_logical_advantages
-    from harness.pipeline.materializer import prepare_trace_batch
-    from harness.pipeline.train_config import AdvantageConfig, MaterializeConfig
+    from compactsim.harness.pipeline.advantages import compute_logical_advantages
+    from compactsim.harness.pipeline.materializer import prepare_trace_batch
+    from compactsim.harness.pipeline.train_config import AdvantageConfig, MaterializeConfig
 
     try:
         plans = _plans(files, missing_reward)

@@ -8,12 +8,12 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.table import Table
 
-from harness.commands.common import ExitCode, console, load_results, print_json, report_error
-from harness.core.errors import CompactsimError
-from harness.core.json_input import limits_help
+from compactsim.harness.commands.common import ExitCode, console, load_results, print_json, report_error
+from compactsim.harness.core.errors import CompactsimError
+from compactsim.harness.core.json_input import limits_help
 
 if TYPE_CHECKING:  # the pipeline (and torch) load only when the command runs, so `compactsim --help` stays fast
-    from harness.core.trace_plan import TracePlan
+    from compactsim.harness.core.trace_plan import TracePlan
 
 
 def format_plan_table(plans: list[TracePlan]) -> Table:
@@ -46,7 +46,7 @@ def plan_command(
     ] = False,
 ) -> None:
     """Plan logical → physical traces for every rollout in FILES."""
-    from harness.pipeline.planner import plan_rollout
+    from compactsim.harness.pipeline.planner import plan_rollout
 
     try:
         plans = [plan_rollout(r, strict=not no_strict) for f in files for r in load_results(f)]

@@ -26,8 +26,8 @@ from typing import Annotated, Any, NoReturn
 import typer
 from rich.table import Table
 
-from harness.commands.common import ExitCode, console, err_console, print_json, report_error, rich_escape
-from harness.core.errors import CompactsimError, ConfigError
+from compactsim.harness.commands.common import ExitCode, console, err_console, print_json, report_error, rich_escape
+from compactsim.harness.core.errors import CompactsimError, ConfigError
 
 FLAVOUR_CHOICES = ("gym-0.7.0-transport", "gym-0.7.0-full", "gym-pr2870", "osworld", "none")
 PATTERNS = ("screens", "shapes", "repeated", "reordered")
@@ -55,8 +55,8 @@ def build_specs(
     task_id: str = "task-0",
 ) -> list[Any]:
     """One group of `rollouts` rollouts of the same scripted task (rollout i uses seed + i for its pixels)."""
-    from agents import RolloutScript, RolloutSpec, policy_preset, scripted_turns
-    from harness.core.seeds import check_seed
+    from compactsim.agents import RolloutScript, RolloutSpec, policy_preset, scripted_turns
+    from compactsim.harness.core.seeds import check_seed
 
     check_seed(seed)
     if turns < 1:
@@ -92,9 +92,9 @@ def build_specs(
 
 def scenario_step(name: str, *, step: int, seed: int | None) -> Any:
     """The catalogue scenario `name` (under `seed` when given), checked to have a collectable step `step`."""
-    from harness.commands.selection import check_names
-    from harness.core.seeds import check_seed
-    from scenarios.catalogue import default_catalogue, get_scenario
+    from compactsim.harness.commands.selection import check_names
+    from compactsim.harness.core.seeds import check_seed
+    from compactsim.scenarios.catalogue import default_catalogue, get_scenario
 
     check_names([name], default_catalogue(), tags=False)  # "did you mean" by edit distance
     scenario = get_scenario(name)
@@ -111,9 +111,9 @@ def scenario_step(name: str, *, step: int, seed: int | None) -> Any:
 
 def collect_scenario_step(scenario: Any, step: int, *, executor: str = "local", workers: int = 1) -> list[Any]:
     """Every rollout of one scenario step (slot order, failed ones included) from fresh in-process servers."""
-    from agents import collect, make_executor
-    from scenarios.build import step_specs
-    from scenarios.execute import in_process_servers
+    from compactsim.agents import collect, make_executor
+    from compactsim.scenarios.build import step_specs
+    from compactsim.scenarios.execute import in_process_servers
 
     return collect(step_specs(scenario, step), in_process_servers(scenario),
                    executor=make_executor(executor, workers))  # type: ignore[arg-type]
@@ -121,7 +121,7 @@ def collect_scenario_step(scenario: Any, step: int, *, executor: str = "local", 
 
 def batch_edits(scenario: Any, step: int) -> list[str]:
     """How the scenario edits step `step`'s results before the trainer receives them (none for most scenarios)."""
-    from scenarios.build import rollout_id
+    from compactsim.scenarios.build import rollout_id
 
     notes = []
     m = scenario.mutation
@@ -244,7 +244,7 @@ def rollout_command(
     json_output: Annotated[bool, typer.Option("--json", help="print the summary as JSON")] = False,
 ) -> None:
     """Run scripted rollouts (or one step of a catalogue scenario) in-process; write evidence + ground truth."""
-    from agents import InProcessServers, collect, make_executor, server_script
+    from compactsim.agents import InProcessServers, collect, make_executor, server_script
 
     if scenario is not None:
         given = _explicit(ctx, ROLLOUT_OPTIONS)

@@ -28,12 +28,12 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from harness.commands.ci_outputs import format_progress_line, write_ci_outputs
-from harness.commands.common import ExitCode, console, err_console, load_results, print_json, report_error
-from harness.commands.selection import select_scenarios
-from harness.core.errors import CompactsimError, ConfigError
-from harness.core.json_input import limits_help, load_json
-from harness.outputs import finish_output_dir, prepare_output_dir
+from compactsim.harness.commands.ci_outputs import format_progress_line, write_ci_outputs
+from compactsim.harness.commands.common import ExitCode, console, err_console, load_results, print_json, report_error
+from compactsim.harness.commands.selection import select_scenarios
+from compactsim.harness.core.errors import CompactsimError, ConfigError
+from compactsim.harness.core.json_input import limits_help, load_json
+from compactsim.harness.outputs import finish_output_dir, prepare_output_dir
 
 DEFAULT_OUT = Path("compactsim-run")
 
@@ -104,9 +104,9 @@ def run_command(
                                                                       "$GITHUB_STEP_SUMMARY too when that is set)")] = None,
 ) -> None:
     """Run scenarios through the backend, audit every step against the oracle, and write the report."""
-    from harness.report.junit import cases_from_records
-    from harness.report.summary import format_summary
-    from harness.runner import DEFAULT_BACKEND, RunOptions, gym_record, run_suite, suite_record, write_outputs
+    from compactsim.harness.report.junit import cases_from_records
+    from compactsim.harness.report.summary import format_summary
+    from compactsim.harness.runner import DEFAULT_BACKEND, RunOptions, gym_record, run_suite, suite_record, write_outputs
 
     _use_cwd_imports()
     wandb_settings = None
@@ -117,13 +117,13 @@ def run_command(
             if executor == "local":
                 raise ConfigError("invalid_argument", f"--ray-address {ray_address} needs the Ray executor: drop "
                                                       "--executor local (--ray-address implies --executor ray)")
-            from agents.collect.ray_local import check_ray_address
+            from compactsim.agents.collect.ray_local import check_ray_address
 
             check_ray_address(ray_address)  # fail fast, before the output folder is touched
             executor = "ray"
         executor = executor or "local"
         if wandb or wandb_project or wandb_entity or wandb_group or wandb_tag:
-            from harness.report.wandb_log import DEFAULT_PROJECT, WandbSettings
+            from compactsim.harness.report.wandb_log import DEFAULT_PROJECT, WandbSettings
 
             wandb = True
             wandb_settings = WandbSettings(project=wandb_project or DEFAULT_PROJECT, entity=wandb_entity,
@@ -133,7 +133,7 @@ def run_command(
         if device not in ("cpu", "cuda", "auto"):
             raise ConfigError("invalid_argument", f"--device {device}: expected cpu, cuda or auto")
         if backend:
-            from harness.pipeline.backend import load_backend
+            from compactsim.harness.pipeline.backend import load_backend
 
             load_backend(backend)  # fail fast, before any scenario runs
         selected = select_scenarios(scenarios or [])
@@ -205,8 +205,8 @@ def replay_command(
     json_output: Annotated[bool, typer.Option("--json", help="print the result as JSON")] = False,
 ) -> None:
     """Re-run a saved failure (same findings?) or push a captured payload through plan → materialize → audit."""
-    from harness.replay import diagnose_payload, replay_directory, replay_targets
-    from harness.runner import DEFAULT_BACKEND
+    from compactsim.harness.replay import diagnose_payload, replay_directory, replay_targets
+    from compactsim.harness.runner import DEFAULT_BACKEND
 
     _use_cwd_imports()
     try:
@@ -272,9 +272,9 @@ def shrink_command(
     json_output: Annotated[bool, typer.Option("--json", help="print the result as JSON")] = False,
 ) -> None:
     """Shrink a failing scenario to the fewest model calls that still fail, and write it as a catalogue entry."""
-    from harness.runner import DEFAULT_BACKEND, RunOptions
-    from harness.shrink import shrink, shrunk_entry
-    from scenarios.catalogue import dump_scenario
+    from compactsim.harness.runner import DEFAULT_BACKEND, RunOptions
+    from compactsim.harness.shrink import shrink, shrunk_entry
+    from compactsim.scenarios.catalogue import dump_scenario
 
     _use_cwd_imports()
     try:
@@ -302,7 +302,7 @@ def shrink_command(
 
 
 def register(app: typer.Typer) -> None:
-    from harness.commands import scenarios as catalogue_commands
+    from compactsim.harness.commands import scenarios as catalogue_commands
 
     app.command("run", epilog=limits_help())(run_command)
     # `compactsim list` / `compactsim show` are `compactsim scenarios list` / `show` (one implementation)

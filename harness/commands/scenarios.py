@@ -14,8 +14,8 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from harness.commands.common import ExitCode, console, print_json, report_error
-from harness.core.errors import CompactsimError
+from compactsim.harness.commands.common import ExitCode, console, print_json, report_error
+from compactsim.harness.core.errors import CompactsimError
 
 
 def format_table(rows: list[dict[str, Any]]) -> Table:
@@ -30,7 +30,7 @@ def format_table(rows: list[dict[str, Any]]) -> Table:
 
 def describe(scenario: Any) -> dict[str, Any]:
     """What `show --json` prints: the summary, the scenario as data, and what it resolves to."""
-    from scenarios.build import slots
+    from compactsim.scenarios.build import slots
 
     return {
         **scenario.summary(),
@@ -45,8 +45,8 @@ def list_command(
     tag: Annotated[list[str] | None, typer.Option("--tag", help="Only scenarios with this tag (repeatable).")] = None,
 ) -> None:
     """List every catalogue scenario with its one-line purpose and expected verdict."""
-    from harness.commands.selection import check_names
-    from scenarios.catalogue import default_catalogue
+    from compactsim.harness.commands.selection import check_names
+    from compactsim.scenarios.catalogue import default_catalogue
 
     try:
         catalogue = default_catalogue()
@@ -66,8 +66,8 @@ def show_command(
     as_json: Annotated[bool, typer.Option("--json", help="Print the resolved scenario as JSON.")] = False,
 ) -> None:
     """Show one scenario: its YAML entry, rollout ids, expected verdict and resolved trainer settings."""
-    from harness.commands.selection import check_names
-    from scenarios.catalogue import default_catalogue, dump_scenario
+    from compactsim.harness.commands.selection import check_names
+    from compactsim.scenarios.catalogue import default_catalogue, dump_scenario
 
     try:
         catalogue = default_catalogue()

@@ -13,8 +13,8 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from harness.commands.common import ExitCode, console, report_error
-from harness.core.errors import CompactsimError
+from compactsim.harness.commands.common import ExitCode, console, report_error
+from compactsim.harness.core.errors import CompactsimError
 
 
 def schema_command(
@@ -22,7 +22,7 @@ def schema_command(
                                                     "payload or scenario (default: list them)")] = None,
 ) -> None:
     """Print the JSON Schema called NAME exactly as shipped (or list every schema)."""
-    from harness.golden.schema import SCHEMA_NAMES, load_schema, schema_text
+    from compactsim.harness.golden.schema import SCHEMA_NAMES, load_schema, schema_text
 
     if name is None:
         table = Table(title="compactsim schema NAME")

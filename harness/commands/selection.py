@@ -1,7 +1,7 @@
 """Scenario selectors on the command line: catalogue names, tags and YAML files, checked before anything runs.
 
 A selector that looks like a file (ends in .yaml/.yml or contains a path separator) must be a
-readable scenario file within the input limits (`harness.core.json_input`), so a missing path
+readable scenario file within the input limits (`compactsim.harness.core.json_input`), so a missing path
 says "file not found" instead of "no scenario or tag". An unknown name or tag gets "did you
 mean" suggestions from `difflib` (edit distance, so a typo such as ``no-compacton`` finds
 ``no-compaction``), not only substring matches.
@@ -15,8 +15,8 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from harness.core.errors import ConfigError
-from harness.core.json_input import InputError, load_yaml
+from compactsim.harness.core.errors import ConfigError
+from compactsim.harness.core.json_input import InputError, load_yaml
 
 
 def looks_like_file(selector: str) -> bool:
@@ -65,7 +65,7 @@ def check_names(names: Sequence[str], catalogue: Any, *, tags: bool = True) -> N
 
 def check_selectors(selectors: Sequence[str]) -> None:
     """Check files and names of `selectors` (what `compactsim run/export/shrink/train` accept)."""
-    from scenarios.catalogue import default_catalogue
+    from compactsim.scenarios.catalogue import default_catalogue
 
     names = []
     for sel in selectors:
@@ -78,8 +78,8 @@ def check_selectors(selectors: Sequence[str]) -> None:
 
 
 def select_scenarios(selectors: Sequence[str]) -> tuple[Any, ...]:
-    """`harness.runner.resolve_scenarios` after `check_selectors`; an empty result is a usage error."""
-    from harness.runner import resolve_scenarios
+    """`compactsim.harness.runner.resolve_scenarios` after `check_selectors`; an empty result is a usage error."""
+    from compactsim.harness.runner import resolve_scenarios
 
     check_selectors(selectors)
     selected = resolve_scenarios(list(selectors))

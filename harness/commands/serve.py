@@ -12,8 +12,8 @@ from typing import Annotated, Any
 
 import typer
 
-from harness.commands.common import ExitCode, err_console
-from harness.core.errors import ConfigError
+from compactsim.harness.commands.common import ExitCode, err_console
+from compactsim.harness.core.errors import ConfigError
 
 HOST = "127.0.0.1"
 
@@ -22,11 +22,11 @@ def build_settings(mode: str, seed: int, settings_file: Path | None, dtype: str 
     """ServerSettings from an optional JSON/YAML file, with --mode/--seed/--dtype applied on top."""
     from pydantic import ValidationError
 
-    from mock_servers.model_server.settings import ServerSettings
+    from compactsim.mock_servers.model_server.settings import ServerSettings
 
     data: dict[str, Any] = {}
     if settings_file is not None:
-        from harness.core.json_input import load_structured
+        from compactsim.harness.core.json_input import load_structured
 
         data = load_structured(settings_file, what="server settings file") or {}
         if not isinstance(data, dict):
@@ -60,8 +60,8 @@ def serve_command(
         raise typer.Exit(ExitCode.ERROR) from None
     import uvicorn
 
-    from harness.core.policy import configure_determinism
-    from mock_servers.model_server import create_app
+    from compactsim.harness.core.policy import configure_determinism
+    from compactsim.mock_servers.model_server import create_app
 
     configure_determinism()
     err_console.print(f"compactsim mock model server: mode={mode} seed={seed} on http://{HOST}:{port}")
@@ -70,7 +70,7 @@ def serve_command(
 
 
 def register(app: typer.Typer) -> None:
-    from harness.core.json_input import limits_help
+    from compactsim.harness.core.json_input import limits_help
 
     app.command("serve", epilog=limits_help())(serve_command)
 

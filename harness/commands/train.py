@@ -5,7 +5,7 @@
     compactsim train pr-validation-image-compaction-k2 --async --out runs/k2-async --wandb
 
 Writes `metrics.jsonl`, `timings.jsonl`, `artifacts/step-NNNN.{npz,json}`, `rollouts/`,
-`config.json` and `train_summary.json` under `--out` (see `harness.train_run`).
+`config.json` and `train_summary.json` under `--out` (see `compactsim.harness.train_run`).
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from harness.commands.common import ExitCode, console, print_json, report_error
-from harness.core import metrics as M
-from harness.core.errors import CompactsimError
+from compactsim.harness.commands.common import ExitCode, console, print_json, report_error
+from compactsim.harness.core import metrics as M
+from compactsim.harness.core.errors import CompactsimError
 
 
 def format_step(record: Any) -> str:
@@ -70,8 +70,8 @@ def train_command(
     json_output: Annotated[bool, typer.Option("--json", help="print the summary as JSON")] = False,
 ) -> None:
     """Train a scenario for N optimizer steps with the mock policy server in the loop."""
-    from harness.pipeline.backend import load_backend
-    from harness.train_run import load_run_config, run_training
+    from compactsim.harness.pipeline.backend import load_backend
+    from compactsim.harness.train_run import load_run_config, run_training
 
     overrides: dict[str, Any] = {}
     if dp_size is not None:
@@ -79,7 +79,7 @@ def train_command(
     if micro_batch_size is not None:
         overrides["train_micro_batch_size"] = micro_batch_size
     try:
-        from harness.commands.selection import check_selectors
+        from compactsim.harness.commands.selection import check_selectors
 
         check_selectors([scenario])
         run = load_run_config(
@@ -99,7 +99,7 @@ def train_command(
 
 
 def register(app: typer.Typer) -> None:
-    from harness.core.json_input import limits_help
+    from compactsim.harness.core.json_input import limits_help
 
     app.command("train", epilog=limits_help())(train_command)
 

@@ -21,16 +21,16 @@ from typing import Annotated, Any
 import typer
 from rich.markup import escape
 
-from harness.commands.ci_outputs import write_ci_outputs
-from harness.commands.common import ExitCode, console, err_console, print_json, report_error
-from harness.core.errors import CompactsimError, ConfigError
-from harness.core.json_input import limits_help
+from compactsim.harness.commands.ci_outputs import write_ci_outputs
+from compactsim.harness.commands.common import ExitCode, console, err_console, print_json, report_error
+from compactsim.harness.core.errors import CompactsimError, ConfigError
+from compactsim.harness.core.json_input import limits_help
 
 DTYPES = ("float64", "float32", "bfloat16")
 
 
 def _short(value: Any, limit: int = 100) -> str:
-    from harness.audit.findings import json_value
+    from compactsim.harness.audit.findings import json_value
 
     text = repr(json_value(value))
     return text if len(text) <= limit else text[: limit - 3] + "..."
@@ -89,11 +89,11 @@ def verify_command(
                                          "policy (token_mult_prob_error, loss metrics, grad_norm)")] = False,
 ) -> None:
     """Audit a trainer's rows dump (and metrics) against golden files; exit 0 match, 1 findings, 2 malformed input."""
-    from harness.audit.checks import Tolerances
-    from harness.golden.reader import read_golden
-    from harness.golden.rows_dump import RowsDumpError, read_metrics_dump, read_rows_dump
-    from harness.golden.verify import verify_dump
-    from harness.report.junit import cases_from_verify
+    from compactsim.harness.audit.checks import Tolerances
+    from compactsim.harness.golden.reader import read_golden
+    from compactsim.harness.golden.rows_dump import RowsDumpError, read_metrics_dump, read_rows_dump
+    from compactsim.harness.golden.verify import verify_dump
+    from compactsim.harness.report.junit import cases_from_verify
 
     try:
         if dtype is not None and dtype not in DTYPES:

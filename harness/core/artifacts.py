@@ -58,8 +58,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from harness.core.batch import TraceBatch
-from harness.core.digests import bytes_digest
+from compactsim.harness.core.batch import TraceBatch
+from compactsim.harness.core.digests import bytes_digest
 
 ARTIFACT_FORMAT = "compactsim-step-artifact/1"
 

@@ -1,6 +1,6 @@
 """The materialised training batch: physical rows as tensors plus one record per logical rollout.
 
-It lives in `harness.core` so the oracle, the audit and the report can read a batch (from the
+It lives in `compactsim.harness.core` so the oracle, the audit and the report can read a batch (from the
 reference pipeline or any other backend) without importing the pipeline. `parent_indices` is the
 single source of truth for row → logical rollout; `-1` marks a padding row, and padding rows
 always come after every real row.
@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from harness.core import metrics as M
+from compactsim.harness.core import metrics as M
 
 #: A route row whose every top-k slot is this value means "no route captured": replay falls back
 #: to the router for that token (NeMo-RL's ROUTED_EXPERTS_MISSING_ROUTE_SENTINEL).
@@ -214,7 +214,7 @@ class TraceBatch:
     # ---------------------------------------------------------------- metrics
 
     def metrics(self) -> dict[str, float | int]:
-        """Batch metrics, identical for sync and async callers (keys from `harness.core.metrics`)."""
+        """Batch metrics, identical for sync and async callers (keys from `compactsim.harness.core.metrics`)."""
         real = self.parent_indices >= 0
         rows_per = [len(r.row_indices) for r in self.logical]
         logical_adv = [r.advantage for r in self.logical]

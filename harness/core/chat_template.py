@@ -1,6 +1,6 @@
 """Render Responses-API items (or chat messages) to token ids, and parse sampled ids back to items.
 
-Rendering grammar (ids from `harness.core.tokenizer`; ``text`` = UTF-8 byte tokens)::
+Rendering grammar (ids from `compactsim.harness.core.tokenizer`; ``text`` = UTF-8 byte tokens)::
 
     conversation   := <|bos|> turn*  [<|turn_start|> <|assistant|>]      # generation prompt
     system/user    := <|turn_start|> (<|system|>|<|user|>) content <|turn_end|>
@@ -30,7 +30,7 @@ Drift modes (opt-in, to reproduce legacy-path failures on purpose):
 
 Not rendered (by design): ``tools`` definitions, ``call_id`` values, item ids and statuses. Image
 parts are never fetched here: `Rendered.images` lists them in prompt order for the caller to
-decode (`harness.core.images`).
+decode (`compactsim.harness.core.images`).
 """
 
 from __future__ import annotations
@@ -39,9 +39,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from harness.core import tokenizer as tok
-from harness.core.digests import canonical_digest
-from harness.core.errors import ConfigError
+from compactsim.harness.core import tokenizer as tok
+from compactsim.harness.core.digests import canonical_digest
+from compactsim.harness.core.errors import ConfigError
 
 DriftMode = Literal["none", "merge", "strip_think"]
 DRIFT_MODES: tuple[str, ...] = ("none", "merge", "strip_think")

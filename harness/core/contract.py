@@ -1,7 +1,7 @@
 """Pydantic models of every Gym evidence shape the pipeline accepts (DESIGN §5).
 
 The models tolerate fields Gym may add (``extra="allow"``) but validate, strictly, every field
-the pipeline reads. They are the boundary: `harness.pipeline.ingest` validates once here and
+the pipeline reads. They are the boundary: `compactsim.harness.pipeline.ingest` validates once here and
 then works on frozen dataclasses. Field tables: ``reference/gym-contract.md`` §1.
 """
 

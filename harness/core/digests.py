@@ -7,7 +7,7 @@ import json
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from harness.core.errors import ContractError
+from compactsim.harness.core.errors import ContractError
 
 #: Deepest container nesting an untrusted value may have before it is digested. Gym's parts are
 #: 2-3 levels deep; the cap turns a hostile 100k-deep value into a typed error up front.

@@ -83,7 +83,7 @@ class ExpectedRollout:
 
 @dataclass(frozen=True, slots=True, eq=False)
 class ExpectedTrainingStep:
-    """What a correct trainer's optimizer step computes, in float64 (the oracle's `harness.oracle.step`)."""
+    """What a correct trainer's optimizer step computes, in float64 (the oracle's `compactsim.harness.oracle.step`)."""
 
     step: int
     loss: float

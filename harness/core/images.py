@@ -11,7 +11,7 @@ import base64
 import binascii
 import io
 
-from harness.core.errors import ContractError
+from compactsim.harness.core.errors import ContractError
 
 #: Default caps: encoded payload bytes and decoded pixel count per image.
 MAX_IMAGE_BYTES: int = 4 * 1024 * 1024

@@ -23,7 +23,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from harness.core.errors import ConfigError
+from compactsim.harness.core.errors import ConfigError
 
 #: Largest input file read, in bytes (override with COMPACTSIM_MAX_INPUT_BYTES).
 DEFAULT_MAX_INPUT_BYTES = 256 * 2**20

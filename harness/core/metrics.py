@@ -90,7 +90,7 @@ BATCH_METRIC_KEYS: tuple[str, ...] = (
 )
 
 # ------------------------------------------------------------------------------ trainer step
-# Loss metrics keep NeMo-RL's names (see `harness.pipeline.loss.METRIC_KEYS`); these are the keys
+# Loss metrics keep NeMo-RL's names (see `compactsim.harness.pipeline.loss.METRIC_KEYS`); these are the keys
 # the GRPO step adds, plus the loss keys the audit checks most.
 
 #: Masked mean of exp(|generation − trainer logprob|) over trained tokens; ≈ 1 when both sides agree.

@@ -11,7 +11,7 @@ is all `-1` the model uses its own router, otherwise it uses exactly those K exp
 the softmax of its router logits over them). Replaying the routes the model chose reproduces
 its logits exactly. A row mixing `-1` with ids, an id outside [0, E) or a repeated id is an error.
 
-Everything is deterministic: seeded init through `harness.core.seeds.torch_generator` (drawn in
+Everything is deterministic: seeded init through `compactsim.harness.core.seeds.torch_generator` (drawn in
 float64 on CPU, then cast, so float32 and float64 models of one seed share their weights up to
 rounding), plain matmul attention (no fused kernels), dense expert evaluation (no scatter).
 Call `configure_determinism()` once at a process edge.
@@ -38,9 +38,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from harness.core import tokenizer as tok
-from harness.core.errors import ConfigError
-from harness.core.seeds import check_seed, torch_generator
+from compactsim.harness.core import tokenizer as tok
+from compactsim.harness.core.errors import ConfigError
+from compactsim.harness.core.seeds import check_seed, torch_generator
 
 _FORMAT = "compactsim-tiny-policy/1"
 

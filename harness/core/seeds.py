@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from harness.core.errors import ConfigError
+from compactsim.harness.core.errors import ConfigError
 
 
 def check_seed(seed: object) -> int:

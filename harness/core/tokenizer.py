@@ -7,7 +7,7 @@ Vocabulary (`VOCAB_SIZE` = 288 ids)::
 
 There are no merges: text is UTF-8 encoded and every byte becomes exactly one token, so
 tokenizing a concatenation equals concatenating the tokenizations. This is what makes the
-chat template append-compatible (see `harness.core.chat_template`).
+chat template append-compatible (see `compactsim.harness.core.chat_template`).
 
 Two layers, both exact:
 
@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from harness.core.errors import ConfigError
+from compactsim.harness.core.errors import ConfigError
 
 #: Special tokens in id order. Reserved slots keep ids stable if specials are added later.
 SPECIAL_TOKENS: tuple[str, ...] = (

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from harness.core.evidence import RolloutEvidence
+from compactsim.harness.core.evidence import RolloutEvidence
 
 StartReason = Literal["rollout_start", "declared_boundary", "inferred_discontinuity"]
 PlanPath = Literal["single", "physical"]

@@ -23,7 +23,7 @@ class TrainingSnapshot:
 
     #: Parameter name → float64 CPU copy.
     weights: Mapping[str, torch.Tensor] = field(repr=False)
-    #: The policy's shape (`harness.core.policy.PolicyConfig`), so the same model can be rebuilt.
+    #: The policy's shape (`compactsim.harness.core.policy.PolicyConfig`), so the same model can be rebuilt.
     model_config: Any
     #: Learning rate of every optimizer parameter group (what the next `optimizer.step()` uses).
     lrs: tuple[float, ...]

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from harness.audit.observed import rgb_pixel_digest
-from harness.core.batch import TraceBatch
+from compactsim.harness.audit.observed import rgb_pixel_digest
+from compactsim.harness.core.batch import TraceBatch
 
 
 def batch_dump_lines(batch: TraceBatch, *, scenario: str, step: int) -> list[dict[str, Any]]:

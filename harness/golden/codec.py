@@ -16,8 +16,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
-from harness.core.errors import ConfigError
-from harness.core.expectations import (
+from compactsim.harness.core.errors import ConfigError
+from compactsim.harness.core.expectations import (
     ExpectedError,
     ExpectedRollout,
     ExpectedRow,

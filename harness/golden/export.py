@@ -27,10 +27,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.audit.checks import Tolerances
-from harness.core.errors import ConfigError
-from harness.core.expectations import ScenarioExpectation
-from harness.golden.codec import (
+from compactsim.harness.audit.checks import Tolerances
+from compactsim.harness.core.errors import ConfigError
+from compactsim.harness.core.expectations import ScenarioExpectation
+from compactsim.harness.golden.codec import (
     PayloadGroup,
     TrainerSettings,
     expectation_document,
@@ -40,7 +40,7 @@ from harness.golden.codec import (
     rows_file,
     step_row_lines,
 )
-from harness.golden.manifest import GOLDEN_FORMAT, MANIFEST, Manifest, ScenarioEntry, build_manifest
+from compactsim.harness.golden.manifest import GOLDEN_FORMAT, MANIFEST, Manifest, ScenarioEntry, build_manifest
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -118,7 +118,7 @@ def policy_metrics(expectation: ScenarioExpectation) -> list[str]:
 
 def trainer_settings(scenario: Any) -> TrainerSettings:
     """The trainer settings a scenario's goldens record (the oracle's view plus the full config)."""
-    from harness.oracle.expect import TrainerView
+    from compactsim.harness.oracle.expect import TrainerView
 
     view = TrainerView.of(scenario)
     cfg = scenario.trainer_config()
@@ -131,11 +131,11 @@ def payload_groups(
     """Step `step`'s results, in the order the trainer received them, split by GRPO group.
 
     `completed` names the rollouts that completed (failed ones never reach the trainer) and
-    `results` is what `scenarios.build.step_results` made of them: slot order, mutation applied,
+    `results` is what `compactsim.scenarios.build.step_results` made of them: slot order, mutation applied,
     and a batch corruption that duplicates or drops a result (kept in, or removed from, its
     own group). Every group of the scenario gets an entry, possibly empty.
     """
-    from scenarios.build import slots
+    from compactsim.scenarios.build import slots
 
     done = set(completed)
     order = [s for s in slots(scenario, step) if s.rollout_id in done]
@@ -160,7 +160,7 @@ def payload_groups(
 
 def contract_flavours(scenario: Any) -> tuple[str, ...]:
     """Every Gym contract flavour the scenario's rollouts emit."""
-    from scenarios.build import step_specs
+    from compactsim.scenarios.build import step_specs
 
     return tuple(sorted({spec.flavour for spec in step_specs(scenario, 0)}))
 
@@ -177,7 +177,7 @@ def scenario_golden(
     oracle's (`expect_scenario` over the ground-truth logs). A scenario that must succeed needs
     every step collected; one that must fail stops at its failing step.
     """
-    from harness.oracle.expect import expect_scenario
+    from compactsim.harness.oracle.expect import expect_scenario
 
     logs = [[c["ground_truth"] for c in step] for step in collected_by_step]
     expectation = expect_scenario(scenario, logs)
@@ -275,7 +275,7 @@ def export_goldens(
     on_event: Callable[[Any], None] | None = None,
 ) -> ExportResult:
     """Run each scenario (reference backend), compute the oracle's expectation, and write the golden directory."""
-    from harness.runner import RunOptions, run_scenario
+    from compactsim.harness.runner import RunOptions, run_scenario
 
     names = [s.name for s in scenarios]
     if len(set(names)) != len(names):

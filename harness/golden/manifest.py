@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.core.errors import ConfigError
-from harness.golden.codec import json_document
-from harness.golden.schema import validator
+from compactsim.harness.core.errors import ConfigError
+from compactsim.harness.golden.codec import json_document
+from compactsim.harness.golden.schema import validator
 
 GOLDEN_FORMAT = "compactsim-golden"
 #: Version of the golden layout; readers refuse any other.

@@ -8,11 +8,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.core.errors import ConfigError
-from harness.core.expectations import ScenarioExpectation
-from harness.golden.codec import TrainerSettings, expectation_from_document
-from harness.golden.manifest import Manifest, check_files, read_manifest
-from harness.golden.schema import validator
+from compactsim.harness.core.errors import ConfigError
+from compactsim.harness.core.expectations import ScenarioExpectation
+from compactsim.harness.golden.codec import TrainerSettings, expectation_from_document
+from compactsim.harness.golden.manifest import Manifest, check_files, read_manifest
+from compactsim.harness.golden.schema import validator
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -26,7 +26,7 @@ class GoldenScenario:
     trainer: TrainerSettings
     #: ``expectation.json`` as written (payload file lists, padding counts, parent indices).
     document: Mapping[str, Any]
-    #: The audit's float tolerances the goldens were exported with (`harness.audit.Tolerances` fields).
+    #: The audit's float tolerances the goldens were exported with (`compactsim.harness.audit.Tolerances` fields).
     tolerances: Mapping[str, float] | None = None
 
     def payload_groups(self, step: int) -> list[list[dict[str, Any]]]:

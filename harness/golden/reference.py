@@ -11,13 +11,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from harness.core.errors import ConfigError, ContractError
-from harness.golden.batch_dump import batch_dump_lines
-from harness.golden.reader import Golden
-from harness.core import metrics as M
-from harness.golden.rows_dump import metrics_line
+from compactsim.harness.core.errors import ConfigError, ContractError
+from compactsim.harness.golden.batch_dump import batch_dump_lines
+from compactsim.harness.golden.reader import Golden
+from compactsim.harness.core import metrics as M
+from compactsim.harness.golden.rows_dump import metrics_line
 
-DEFAULT_BACKEND = "harness.pipeline:ReferenceBackend"
+DEFAULT_BACKEND = "compactsim.harness.pipeline:ReferenceBackend"
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -30,8 +30,8 @@ class BackendDump:
 
 def backend_dump(golden: Golden, *, backend: str = DEFAULT_BACKEND) -> BackendDump:
     """Plan and materialize every golden step with `backend` ("module:attr"); a refused step ends its scenario."""
-    from harness.pipeline.backend import load_backend
-    from scenarios.model import Scenario
+    from compactsim.harness.pipeline.backend import load_backend
+    from compactsim.scenarios.model import Scenario
 
     impl = load_backend(backend)
     rows: list[dict[str, Any]] = []

@@ -31,8 +31,8 @@ import numpy as np
 from jsonschema import ValidationError
 from jsonschema.exceptions import best_match
 
-from harness.core.json_input import InputError, parse_json, read_text
-from harness.golden.schema import validator
+from compactsim.harness.core.json_input import InputError, parse_json, read_text
+from compactsim.harness.golden.schema import validator
 
 _NON_FINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
 
@@ -255,7 +255,7 @@ def parse_rows_dump(text: str, *, source: str = "<rows dump>") -> RowsDump:
 
 
 def read_rows_dump(path: Path) -> RowsDump:
-    """`parse_rows_dump` of a file (size and encoding checked by `harness.core.json_input`)."""
+    """`parse_rows_dump` of a file (size and encoding checked by `compactsim.harness.core.json_input`)."""
     try:
         text = read_text(Path(path), what="rows dump")
     except InputError as exc:
@@ -295,7 +295,7 @@ def parse_metrics_dump(text: str, *, source: str = "<metrics dump>") -> MetricsD
 
 
 def read_metrics_dump(path: Path) -> MetricsDump:
-    """`parse_metrics_dump` of a file (size and encoding checked by `harness.core.json_input`)."""
+    """`parse_metrics_dump` of a file (size and encoding checked by `compactsim.harness.core.json_input`)."""
     try:
         text = read_text(Path(path), what="metrics dump")
     except InputError as exc:

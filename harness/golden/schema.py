@@ -20,7 +20,7 @@ from typing import Any
 
 from jsonschema import Draft202012Validator
 
-from harness.core.errors import ConfigError
+from compactsim.harness.core.errors import ConfigError
 
 SCHEMA_NAMES: tuple[str, ...] = (
     "rows-dump",
@@ -37,7 +37,7 @@ def schema_text(name: str) -> str:
     """The schema file's exact text (what `compactsim schema NAME` prints)."""
     if name not in SCHEMA_NAMES:
         raise ConfigError("invalid_argument", f"unknown schema {name!r}; expected one of {', '.join(SCHEMA_NAMES)}")
-    return (resources.files("harness.golden.schemas") / f"{name}.schema.json").read_text(encoding="utf-8")
+    return (resources.files("compactsim.harness.golden.schemas") / f"{name}.schema.json").read_text(encoding="utf-8")
 
 
 @cache

@@ -1,7 +1,7 @@
 """Audit an external trainer's rows dump (and metrics) against golden files, with compactsim's own audit.
 
 The dump's rows of each scenario step become an `ObservedStep` and the goldens' expectation is
-decoded back into a `ScenarioExpectation`; `harness.audit.audit_run` then compares them exactly
+decoded back into a `ScenarioExpectation`; `compactsim.harness.audit.audit_run` then compares them exactly
 as `compactsim run` does. Rows are matched by physical trace id, real rows are put in id order
 and padding rows last, so the order of the dump's lines never matters.
 
@@ -31,7 +31,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from harness.audit import (
+from compactsim.harness.audit import (
     AuditReport,
     Finding,
     ObservedError,
@@ -42,10 +42,10 @@ from harness.audit import (
     Tolerances,
     audit_run,
 )
-from harness.audit.findings import sort_findings
-from harness.core.expectations import ExpectedRow, ExpectedStep, ScenarioExpectation
-from harness.golden.reader import Golden, GoldenScenario
-from harness.golden.rows_dump import DumpRow, MetricsDump, RowsDump, RowsDumpError
+from compactsim.harness.audit.findings import sort_findings
+from compactsim.harness.core.expectations import ExpectedRow, ExpectedStep, ScenarioExpectation
+from compactsim.harness.golden.reader import Golden, GoldenScenario
+from compactsim.harness.golden.rows_dump import DumpRow, MetricsDump, RowsDump, RowsDumpError
 
 #: The audit check that compares each optional field (a missing field's findings are dropped).
 FIELD_CHECKS: dict[str, str] = {

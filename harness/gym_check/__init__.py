@@ -1,9 +1,9 @@
 """Validate a NeMo-Gym revision before a pin bump: isolated venv, real-model checks, drift, live runs."""
 
-from harness.gym_check.errors import GymSetupError
-from harness.gym_check.live import LiveCall, LiveScript, compare_payloads, scenarios
-from harness.gym_check.report import GymCheckReport, format_report
-from harness.gym_check.run import (
+from compactsim.harness.gym_check.errors import GymSetupError
+from compactsim.harness.gym_check.live import LiveCall, LiveScript, compare_payloads, scenarios
+from compactsim.harness.gym_check.report import GymCheckReport, format_report
+from compactsim.harness.gym_check.run import (
     EXIT_DRIFT,
     EXIT_OK,
     EXIT_SETUP,
@@ -12,7 +12,7 @@ from harness.gym_check.run import (
     run_gym_check,
     write_report,
 )
-from harness.gym_check.summary import gym_summary_record
+from compactsim.harness.gym_check.summary import gym_summary_record
 
 __all__ = [
     "EXIT_DRIFT",

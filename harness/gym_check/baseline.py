@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from harness.gym_check.schema_diff import Drift, diff_schemas
+from compactsim.harness.gym_check.schema_diff import Drift, diff_schemas
 
 BASELINE_DIR = Path(__file__).with_name("baselines")
 DEFAULT_BASELINE = BASELINE_DIR / "nemo-gym-0.7.0.json"

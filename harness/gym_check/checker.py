@@ -227,7 +227,7 @@ def op_hello(rev: Revision, _req: Mapping[str, Any]) -> dict[str, Any]:
         "history_module": rev.history.__name__ if rev.history else None,
         "errors": rev.errors,
         "envelopes": sorted(rev.envelopes),
-        "compactsim_imported": any(m == "harness" or m.startswith("harness.") for m in sys.modules),
+        "compactsim_imported": any(m == "compactsim" or m.startswith("compactsim.") for m in sys.modules),
     }
 
 

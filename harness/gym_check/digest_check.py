@@ -1,6 +1,6 @@
 """Digest rules: recompute every id and digest three ways (as declared, by the revision, by us) and compare.
 
-A difference between the revision's own functions and `harness.core.digests` is a digest-rule
+A difference between the revision's own functions and `compactsim.harness.core.digests` is a digest-rule
 change: our emitter would stop matching Gym, and for `generation_evidence_digest` (which the
 planner verifies) the planner would reject every real payload. A declared value that matches
 neither says the payload itself is stale.
@@ -12,8 +12,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from harness.core import digests as ours_digests
-from harness.core.contract import TOKEN_FIELDS
+from compactsim.harness.core import digests as ours_digests
+from compactsim.harness.core.contract import TOKEN_FIELDS
 
 CheckStatus = Literal["ok", "rule_changed", "payload_stale", "error"]
 #: Ids the planner itself recomputes; a rule change there rejects every real payload.
@@ -96,7 +96,7 @@ def _token_items(response: Mapping[str, Any]) -> list[Mapping[str, Any]]:
 
 
 def our_call_ids(record: Mapping[str, Any], item: Mapping[str, Any] | None) -> dict[str, str]:
-    """Every per-call id we know the recipe for (reference §1.3), computed with `harness.core.digests`."""
+    """Every per-call id we know the recipe for (reference §1.3), computed with `compactsim.harness.core.digests`."""
     prompt = list(record.get("prompt_token_ids") or (item or {}).get("prompt_token_ids") or [])
     sampled = list(record.get("sampled_token_ids") or (item or {}).get("generation_token_ids") or [])
     logprobs = list(record.get("sampled_logprobs") or (item or {}).get("generation_log_probs") or [])

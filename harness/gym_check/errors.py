@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from harness.core.errors import CompactsimError
+from compactsim.harness.core.errors import CompactsimError
 
 SetupStep = Literal["spec", "download", "interpreter", "venv", "install", "import", "checker"]
 

@@ -31,7 +31,8 @@ from typing import Any
 
 import httpx
 
-from harness.gym_check.errors import GymSetupError
+import compactsim
+from compactsim.harness.gym_check.errors import GymSetupError
 
 HOST = "127.0.0.1"
 AGENT_MODULE = "responses_api_agents.simple_agent_with_compaction.app"
@@ -143,10 +144,10 @@ def serve_process(settings: Mapping[str, Any], workdir: Path, *, seed: int) -> t
     path = workdir / f"serve-{port}.json"
     path.write_text(json.dumps(dict(settings), sort_keys=True), encoding="utf-8")
     script = Path(sys.executable).with_name("compactsim")
-    entry = [str(script)] if script.exists() else [sys.executable, "-c", "from harness.cli import app; app()"]
+    entry = [str(script)] if script.exists() else [sys.executable, "-c", "from compactsim.harness.cli import app; app()"]
     cmd = [*entry, "serve", "--mode", "scripted", "--seed", str(seed), "--port", str(port), "--settings", str(path)]
     env = _base_env()
-    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = str(Path(compactsim.__file__).resolve().parents[1])  # the folder holding `compactsim`
     proc = ManagedProcess("compactsim serve", cmd, env, workdir, workdir / f"serve-{port}.log").start()
     wait_http(f"http://{HOST}:{port}/health", proc.proc, proc.log)
     return proc, port

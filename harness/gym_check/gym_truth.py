@@ -1,7 +1,7 @@
 """The oracle's ground truth for rollouts Gym's own agent ran, from the wire log (not from Gym's payload).
 
 The agent under test is the revision's, so there is no compactsim `RolloutRecord`. What the
-oracle reads of a ground-truth log (`harness.oracle.truth.read_truth`) is rebuilt here from the
+oracle reads of a ground-truth log (`compactsim.harness.oracle.truth.read_truth`) is rebuilt here from the
 recorded exchanges between Gym's model server and `compactsim serve`:
 
 - a call is one successful `/v1/chat/completions` exchange of the rollout (failed attempts before
@@ -20,8 +20,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from agents.media.arena import media_id_for
-from harness.gym_check.wire import ROLLOUT_KEY
+from compactsim.agents.media.arena import media_id_for
+from compactsim.harness.gym_check.wire import ROLLOUT_KEY
 
 FORMAT = "compactsim.ground_truth"
 VERSION = 1

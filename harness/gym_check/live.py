@@ -23,10 +23,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from harness.core.errors import ConfigError
+from compactsim.harness.core.errors import ConfigError
 
 #: Where the runner looks for our emitter's live-script entry point when none is given.
-DEFAULT_EMITTER_HOOK = "agents.evidence.live:emit_live_script"
+DEFAULT_EMITTER_HOOK = "compactsim.agents.evidence.live:emit_live_script"
 
 
 class _Strict(BaseModel):

@@ -22,13 +22,13 @@ from typing import Any
 
 import httpx
 
-from harness.core.errors import ConfigError
-from harness.gym_check.errors import GymSetupError
-from harness.gym_check.gym_stack import GymApps, ThreadServer, gym_config, serve_process, workdir
-from harness.gym_check.gym_truth import gym_ground_truth
-from harness.gym_check.live import compare_payloads
-from harness.gym_check.schema_diff import Drift
-from harness.gym_check.wire import ROLLOUT_KEY, MockResources, WireRecorder, wire_summary
+from compactsim.harness.core.errors import ConfigError
+from compactsim.harness.gym_check.errors import GymSetupError
+from compactsim.harness.gym_check.gym_stack import GymApps, ThreadServer, gym_config, serve_process, workdir
+from compactsim.harness.gym_check.gym_truth import gym_ground_truth
+from compactsim.harness.gym_check.live import compare_payloads
+from compactsim.harness.gym_check.schema_diff import Drift
+from compactsim.harness.gym_check.wire import ROLLOUT_KEY, MockResources, WireRecorder, wire_summary
 
 LIVE_TAG = "live"
 #: Seconds one `/run` may take (a scripted rollout takes well under a second; retries add Gym's backoff).
@@ -37,7 +37,7 @@ RUN_TIMEOUT_S = 120.0
 
 def live_scenarios(names: Sequence[str] = ()) -> list[Any]:
     """Catalogue scenarios tagged ``live`` (or the named ones, which must carry the tag)."""
-    from scenarios.catalogue import default_catalogue  # noqa: PLC0415
+    from compactsim.scenarios.catalogue import default_catalogue  # noqa: PLC0415
 
     tagged = list(default_catalogue().with_tag(LIVE_TAG))
     if not names:
@@ -78,7 +78,7 @@ def run_body(spec: Any) -> dict[str, Any]:
 
 
 class GymCollector:
-    """`agents.collect.collect`'s call, answered by Gym's `/run` (sequential: each rollout's calls stay ordered)."""
+    """`compactsim.agents.collect.collect`'s call, answered by Gym's `/run` (sequential: each rollout's calls stay ordered)."""
 
     def __init__(self, agent_url: str, recorder: WireRecorder) -> None:
         self.agent_url = agent_url
@@ -94,9 +94,9 @@ class GymCollector:
         return int(httpx.get(f"{upstream}/weights", timeout=10.0).json()["policy_version"])
 
     def __call__(self, specs: Sequence[Any], servers: object = None, **_: Any) -> list[Any]:
-        from agents.collect import CollectedRollout  # noqa: PLC0415
+        from compactsim.agents.collect import CollectedRollout  # noqa: PLC0415
 
-        from harness.pipeline.ingest import TRAINER_POLICY_VERSION  # noqa: PLC0415
+        from compactsim.harness.pipeline.ingest import TRAINER_POLICY_VERSION  # noqa: PLC0415
 
         out = []
         version = self.synced_version()
@@ -128,7 +128,7 @@ def _response(result: Mapping[str, Any]) -> Mapping[str, Any]:
 
 def compare_with_ours(scenario: Any, gym_results: Mapping[str, Mapping[str, Any] | None]) -> dict[str, Any]:
     """Our agents on the same scenario (fresh in-process server), each response compared with Gym's."""
-    from scenarios.execute import collect_step  # noqa: PLC0415
+    from compactsim.scenarios.execute import collect_step  # noqa: PLC0415
 
     rollouts = []
     for step in range(scenario.steps):
@@ -167,8 +167,8 @@ def run_gym_live(python: Path, names: Sequence[str], out_dir: Path | None) -> tu
     """Every live scenario through the revision's own servers; (report section, findings)."""
     import json  # noqa: PLC0415
 
-    from harness.runner import RunOptions, run_scenario  # noqa: PLC0415
-    from scenarios.build import build_scenario  # noqa: PLC0415
+    from compactsim.harness.runner import RunOptions, run_scenario  # noqa: PLC0415
+    from compactsim.scenarios.build import build_scenario  # noqa: PLC0415
 
     scenarios = live_scenarios(names)
     if not scenarios:
@@ -189,7 +189,7 @@ def run_gym_live(python: Path, names: Sequence[str], out_dir: Path | None) -> tu
                 try:
                     recorder.reset(f"http://127.0.0.1:{serve_port}")
                     resources.reset(tool_outputs([s for step in build.specs for s in step]), build.reward_settings)
-                    from harness.gym_check.gym_stack import free_port  # noqa: PLC0415
+                    from compactsim.harness.gym_check.gym_stack import free_port  # noqa: PLC0415
 
                     config = gym_config(model_port=free_port(), agent_port=free_port(), resources_port=res_srv.port,
                                         upstream_url=rec_srv.url, context_history=history, max_steps=max_steps,
@@ -275,7 +275,7 @@ def check_gym_runtime(python: Path) -> None:
     """Raise `GymSetupError("import")` unless the revision's agent and model-server apps import here."""
     import subprocess  # noqa: PLC0415
 
-    from harness.gym_check.gym_stack import AGENT_MODULE, MODEL_MODULE  # noqa: PLC0415
+    from compactsim.harness.gym_check.gym_stack import AGENT_MODULE, MODEL_MODULE  # noqa: PLC0415
 
     code = f"import {AGENT_MODULE}, {MODEL_MODULE}"
     proc = subprocess.run([str(python), "-c", code], capture_output=True, text=True, timeout=300, check=False,

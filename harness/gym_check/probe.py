@@ -11,7 +11,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from harness.gym_check.errors import GymSetupError
+from compactsim.harness.gym_check.errors import GymSetupError
 
 CHECKER = Path(__file__).with_name("checker.py")
 #: Seconds one request may take; live runs of a few scripted rollouts take about a second.

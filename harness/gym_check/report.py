@@ -10,7 +10,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from harness.gym_check.schema_diff import SEVERITY_ORDER, branches, describe
+from compactsim.harness.gym_check.schema_diff import SEVERITY_ORDER, branches, describe
 
 REPORT_FORMAT = "compactsim.gym-check/1"
 Verdict = Literal["compatible", "drift", "contract_absent", "setup_failed"]

@@ -14,7 +14,7 @@ from email.parser import HeaderParser
 from pathlib import Path
 from typing import Literal
 
-from harness.gym_check.errors import GymSetupError
+from compactsim.harness.gym_check.errors import GymSetupError
 
 SpecKind = Literal["pypi", "wheel", "source"]
 #: Distributions the checker needs besides the revision itself (the "shim path", reference §7).

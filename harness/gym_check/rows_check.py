@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from harness.core.contract import TOKEN_FIELDS
+from compactsim.harness.core.contract import TOKEN_FIELDS
 
 
 def _expected_rows(result: Mapping[str, Any], turn_groups: Sequence[Sequence[int]]) -> list[dict[str, Any]]:
@@ -40,8 +40,8 @@ def check_live_rows(plans: Sequence[tuple[str, Mapping[str, Any], Any]]) -> dict
     try:
         import torch  # noqa: PLC0415
 
-        from harness.pipeline.materializer import materialize  # noqa: PLC0415
-        from harness.pipeline.train_config import TrainerConfig  # noqa: PLC0415
+        from compactsim.harness.pipeline.materializer import materialize  # noqa: PLC0415
+        from compactsim.harness.pipeline.train_config import TrainerConfig  # noqa: PLC0415
     except ImportError as exc:
         return {name: f"skipped: materializer unavailable ({exc})" for name, _r, _p in plans}
     torch.set_num_threads(1)

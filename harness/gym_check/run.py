@@ -11,21 +11,22 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from harness.core.contract import TOKEN_FIELDS, GymResponse, TokenFields
-from harness.core.errors import CompactsimError, ConfigError
-from harness.gym_check import baseline as baselines
-from harness.gym_check.digest_check import PRIMITIVE_PROBES, DigestCheck, payload_checks, primitive_checks
-from harness.gym_check.errors import GymSetupError
-from harness.gym_check.live import DEFAULT_EMITTER_HOOK, LiveScript, compare_payloads, load_hook, scenarios
-from harness.gym_check.probe import CheckerProcess
-from harness.gym_check.report import GymCheckReport, model_rows
-from harness.gym_check.revision import Revision, fetch_revision, parse_spec
-from harness.gym_check.rows_check import check_live_rows
-from harness.gym_check.schema_diff import SEVERITY_ORDER, Drift, apply_transform, diff_schemas, token_item_members
-from harness.gym_check.venv import default_cache_dir, dir_bytes, ensure_venv, repo_root
+from compactsim import examples_dir
+from compactsim.harness.core.contract import TOKEN_FIELDS, GymResponse, TokenFields
+from compactsim.harness.core.errors import CompactsimError, ConfigError
+from compactsim.harness.gym_check import baseline as baselines
+from compactsim.harness.gym_check.digest_check import PRIMITIVE_PROBES, DigestCheck, payload_checks, primitive_checks
+from compactsim.harness.gym_check.errors import GymSetupError
+from compactsim.harness.gym_check.live import DEFAULT_EMITTER_HOOK, LiveScript, compare_payloads, load_hook, scenarios
+from compactsim.harness.gym_check.probe import CheckerProcess
+from compactsim.harness.gym_check.report import GymCheckReport, model_rows
+from compactsim.harness.gym_check.revision import Revision, fetch_revision, parse_spec
+from compactsim.harness.gym_check.rows_check import check_live_rows
+from compactsim.harness.gym_check.schema_diff import SEVERITY_ORDER, Drift, apply_transform, diff_schemas, token_item_members
+from compactsim.harness.gym_check.venv import default_cache_dir, dir_bytes, ensure_venv, repo_root
 
 EXIT_OK, EXIT_SETUP, EXIT_DRIFT = 0, 2, 3
-PLANNER_NAME = "harness.pipeline.planner.plan_rollout"
+PLANNER_NAME = "compactsim.harness.pipeline.planner.plan_rollout"
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,9 +91,8 @@ def envelope_flavour(env: Mapping[str, Any]) -> str:
 
 
 def default_payload_sources() -> list[Path]:
-    """Our bundled examples; the shared examples beside the checkout when the repo has none."""
-    root = repo_root()
-    for candidate in (root / "examples", root.parent / "shared" / "examples"):
+    """Our bundled examples (`compactsim.examples_dir`: installed or the checkout's); else the shared ones beside the checkout."""
+    for candidate in (examples_dir(), repo_root().parent / "shared" / "examples"):
         if candidate.is_dir() and any(candidate.glob("*.json")):
             return [candidate]
     return []
@@ -129,7 +129,7 @@ def load_payloads(paths: Sequence[Path]) -> list[NamedPayload]:
 
 
 def _planner() -> Callable[[Mapping[str, Any]], Any]:
-    from harness.pipeline.planner import plan_rollout  # noqa: PLC0415 - floor 2, loaded when a check runs
+    from compactsim.harness.pipeline.planner import plan_rollout  # noqa: PLC0415 - floor 2, loaded when a check runs
 
     return lambda result: plan_rollout(result, strict=True)
 
@@ -446,7 +446,7 @@ def run_gym_check(opts: GymCheckOptions, *, out_dir: Path | None = None) -> GymC
                 timing["live_s"] = time.perf_counter() - t0
         live_gym_section = None
         if agent_run:
-            from harness.gym_check.live_gym import check_gym_runtime, run_gym_live  # noqa: PLC0415
+            from compactsim.harness.gym_check.live_gym import check_gym_runtime, run_gym_live  # noqa: PLC0415
 
             t0 = time.perf_counter()
             check_gym_runtime(venv.python)
@@ -465,7 +465,7 @@ def run_gym_check(opts: GymCheckOptions, *, out_dir: Path | None = None) -> GymC
     for c in checks:
         if c.status == "rule_changed":
             extra.append(Drift("digest_rule", f"{c.payload} {c.field}", "blocking" if c.planner_checked else "warning",
-                               f"the revision computes {c.revision!r}, harness.core.digests computes {c.ours!r}"))
+                               f"the revision computes {c.revision!r}, compactsim.harness.core.digests computes {c.ours!r}"))
     payload_rows = []
     for p in payloads:
         flavour = payload_flavour(p.response)

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from harness.gym_check.report import GymCheckReport
+from compactsim.harness.gym_check.report import GymCheckReport
 
 
 def gym_summary_record(

@@ -18,8 +18,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Literal
 
-from harness.gym_check.errors import GymSetupError
-from harness.gym_check.revision import Revision
+from compactsim.harness.gym_check.errors import GymSetupError
+from compactsim.harness.gym_check.revision import Revision
 
 #: Bump when the layout of a built venv changes, so old cache entries are not reused.
 BUILDER_VERSION = "1"

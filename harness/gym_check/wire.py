@@ -97,8 +97,8 @@ class MockResources:
         self.calls: list[dict[str, Any]] = []
 
     def reset(self, tool_outputs: Mapping[str, Sequence[str]], reward_settings: Mapping[str, Any]) -> None:
-        from mock_servers.reward_server import RewardSettings  # noqa: PLC0415
-        from mock_servers.reward_server import create_app as reward_app  # noqa: PLC0415
+        from compactsim.mock_servers.reward_server import RewardSettings  # noqa: PLC0415
+        from compactsim.mock_servers.reward_server import create_app as reward_app  # noqa: PLC0415
 
         with self._lock:
             self._tools = {rid: list(outs) for rid, outs in tool_outputs.items()}

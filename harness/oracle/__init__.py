@@ -5,10 +5,10 @@ It reads the scenario and the agents' ground-truth logs only, never the pipeline
 pieces (`read_truth`, `expected_plan`, `expected_rows`, `group_advantages`) are public so other
 tools can reuse them on single rollouts. `expect_training(settings, expectation, logs, measured)`
 adds the training step itself: loss, gradient norm, learning rate and the updated weights, from the
-weights the harness measured before each step (`harness.oracle.step`).
+weights the harness measured before each step (`compactsim.harness.oracle.step`).
 """
 
-from harness.oracle.expect import (
+from compactsim.harness.oracle.expect import (
     TrainerView,
     batch_error,
     exact_batch_metrics,
@@ -17,8 +17,8 @@ from harness.oracle.expect import (
     expected_reward,
     step_error,
 )
-from harness.oracle.grpo import STD_EPSILON, GroupAdvantages, group_advantages
-from harness.oracle.plan import (
+from compactsim.harness.oracle.grpo import STD_EPSILON, GroupAdvantages, group_advantages
+from compactsim.harness.oracle.plan import (
     MUTATION_TURNS,
     PlanTruth,
     TraceTruth,
@@ -27,12 +27,12 @@ from harness.oracle.plan import (
     mutation_error,
     segment,
 )
-from harness.oracle.routes import CallRoutes, RowRoutes, expected_row_routes
-from harness.oracle.rows import batch_route_layout, expected_rows, pixel_digest_of_data_url, trace_routes
-from harness.oracle.step import expected_step
-from harness.oracle.step_settings import LossSettings, OptimizerSettings, StepSettings
-from harness.oracle.training import expect_training
-from harness.oracle.truth import CallTruth, RolloutTruth, read_truth
+from compactsim.harness.oracle.routes import CallRoutes, RowRoutes, expected_row_routes
+from compactsim.harness.oracle.rows import batch_route_layout, expected_rows, pixel_digest_of_data_url, trace_routes
+from compactsim.harness.oracle.step import expected_step
+from compactsim.harness.oracle.step_settings import LossSettings, OptimizerSettings, StepSettings
+from compactsim.harness.oracle.training import expect_training
+from compactsim.harness.oracle.truth import CallTruth, RolloutTruth, read_truth
 
 __all__ = [
     "MUTATION_TURNS",

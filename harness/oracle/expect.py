@@ -2,10 +2,10 @@
 
 Input: the `Scenario` and, for every step that ran, the agents' ground-truth logs of its
 rollouts (`CollectedRollout.ground_truth`, failed rollouts included). Nothing here runs or
-imports the pipeline: plans come from `harness.oracle.plan`, rows from `harness.oracle.rows`,
-advantages from `harness.oracle.grpo`, and the trainer's settings are read as plain data.
+imports the pipeline: plans come from `compactsim.harness.oracle.plan`, rows from `compactsim.harness.oracle.rows`,
+advantages from `compactsim.harness.oracle.grpo`, and the trainer's settings are read as plain data.
 
-What the trainer receives at a step (mirrors `scenarios.build.step_results`): the completed
+What the trainer receives at a step (mirrors `compactsim.scenarios.build.step_results`): the completed
 rollouts in slot order, with the scenario's mutation and batch corruption applied. Errors are
 reported in the order a consumer meets them: the first rollout (in that order) whose evidence is
 invalid; then batch checks — duplicate logical ids, group sizes (against
@@ -21,9 +21,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from harness.core import metrics as M
-from harness.core.errors import ConfigError
-from harness.core.expectations import (
+from compactsim.harness.core import metrics as M
+from compactsim.harness.core.errors import ConfigError
+from compactsim.harness.core.expectations import (
     ExpectedError,
     ExpectedRollout,
     ExpectedRow,
@@ -31,15 +31,15 @@ from harness.core.expectations import (
     ExpectedTrace,
     ScenarioExpectation,
 )
-from harness.core.trace_plan import physical_trace_id
-from harness.oracle.grpo import group_advantages
-from harness.oracle.plan import PlanTruth, expected_plan, routes_of
-from harness.oracle.rows import batch_route_layout, expected_rows
-from harness.oracle.truth import RolloutTruth, read_truth
-from scenarios.build import rollout_id as slot_rollout_id
-from scenarios.build import slots
-from scenarios.metric_expectations import parse_metric_expectations
-from scenarios.model import Scenario
+from compactsim.harness.core.trace_plan import physical_trace_id
+from compactsim.harness.oracle.grpo import group_advantages
+from compactsim.harness.oracle.plan import PlanTruth, expected_plan, routes_of
+from compactsim.harness.oracle.rows import batch_route_layout, expected_rows
+from compactsim.harness.oracle.truth import RolloutTruth, read_truth
+from compactsim.scenarios.build import rollout_id as slot_rollout_id
+from compactsim.scenarios.build import slots
+from compactsim.scenarios.metric_expectations import parse_metric_expectations
+from compactsim.scenarios.model import Scenario
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,7 +232,7 @@ def exact_batch_metrics(
 
     (Scheduler increments are measured by the harness from the scheduler itself: `counts.scheduler`.)
 
-    Meanings: `harness.core.metrics`. `advantages/sum` is NeMo-RL's sum of the unmasked, broadcast
+    Meanings: `compactsim.harness.core.metrics`. `advantages/sum` is NeMo-RL's sum of the unmasked, broadcast
     ``[R, S_pad]`` advantages (S_pad: the longest row rounded up to `make_sequence_length_divisible_by`);
     `advantages/mean|min|max` are over trained positions.
     """

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from harness.oracle.step_settings import OptimizerSettings
+from compactsim.harness.oracle.step_settings import OptimizerSettings
 
 #: Added to the norm before dividing (torch's clip_grad_norm_ and so NeMo-RL's workers).
 CLIP_EPS = 1e-6

@@ -10,7 +10,7 @@ first divergent turn). Per-call evidence is checked first, over every call, befo
 between calls: equal sampled/logprob counts (`token_logprob_length_mismatch`) and vLLM route
 packing of prompt + sampled rows, at most one surplus (`routed_experts_shape`).
 
-Adversarial mutations (`scenarios.mutations`) are predicted from the unmutated truth with one
+Adversarial mutations (`compactsim.scenarios.mutations`) are predicted from the unmutated truth with one
 rule per mutation: its documented code, and the turn its edit lands on.
 """
 
@@ -21,10 +21,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from harness.core.errors import ConfigError
-from harness.core.expectations import ExpectedError
-from harness.oracle.truth import CallTruth, RolloutTruth
-from scenarios.mutations import MUTATIONS_BY_NAME
+from compactsim.harness.core.errors import ConfigError
+from compactsim.harness.core.expectations import ExpectedError
+from compactsim.harness.oracle.truth import CallTruth, RolloutTruth
+from compactsim.scenarios.mutations import MUTATIONS_BY_NAME
 
 #: 0.7.0 shapes carry `schema_version` (the only ones `unknown_schema_version` can edit).
 SCHEMA_VERSIONED_FLAVOURS = frozenset({"gym-0.7.0-transport", "gym-0.7.0-full", "osworld"})

@@ -8,7 +8,7 @@ token carries its parent's logical advantage. The row's images are *all* the ima
 last prompt (a new trace re-owns every image it still shows); each is identified by the sha256
 of its RGB pixels decoded here with Pillow.
 
-Routes: `harness.oracle.routes` states the rule position by position (owner call, repair of a
+Routes: `compactsim.harness.oracle.routes` states the rule position by position (owner call, repair of a
 call's final placeholder from the next prefill, the boundary sentinel −1).
 """
 
@@ -21,11 +21,11 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from harness.core.errors import ConfigError
-from harness.core.expectations import ExpectedRow
-from harness.core.trace_plan import physical_trace_id
-from harness.oracle.plan import PlanTruth, TraceTruth, routes_of
-from harness.oracle.routes import CallRoutes, expected_row_routes
+from compactsim.harness.core.errors import ConfigError
+from compactsim.harness.core.expectations import ExpectedRow
+from compactsim.harness.core.trace_plan import physical_trace_id
+from compactsim.harness.oracle.plan import PlanTruth, TraceTruth, routes_of
+from compactsim.harness.oracle.routes import CallRoutes, expected_row_routes
 
 
 def pixel_digest_of_data_url(url: str) -> str:
@@ -45,7 +45,7 @@ def trace_routes(
 ) -> tuple[np.ndarray, tuple[int, ...], tuple[int, ...]]:
     """(routes (T, L, K), sentinel positions, repaired positions) of one row in the batch's [L, K] layout.
 
-    The rule lives in `harness.oracle.routes` (stated position by position from the reference).
+    The rule lives in `compactsim.harness.oracle.routes` (stated position by position from the reference).
     """
     calls = [CallRoutes(c.num_tokens, routes_of(c)) for c in trace.calls]
     row = expected_row_routes(calls, layout, is_final_trace=is_final_trace)

@@ -1,7 +1,7 @@
 """The oracle's training step: loss, gradient, gradient norm, learning rate and updated weights, in float64.
 
-For every optimizer step the harness measured (`harness.core.training_state`), the oracle takes
-its *own* expected rows (`harness.oracle.rows`), the weights the harness held before the backend's
+For every optimizer step the harness measured (`compactsim.harness.core.training_state`), the oracle takes
+its *own* expected rows (`compactsim.harness.oracle.rows`), the weights the harness held before the backend's
 step, the scenario's loss and optimizer settings, and its own optimizer state carried from the
 previous step, and computes what a correct trainer must have done:
 
@@ -9,12 +9,12 @@ previous step, and computes what a correct trainer must have done:
    pipeline, DESIGN §6a) with the row's own images and, under router replay, the oracle's own
    expected routes; the reference policy (the harness's weights before step 0) when the KL
    penalty is on;
-2. the loss with NeMo-RL's clipped-PG semantics (`harness.oracle.step_loss`), token level,
+2. the loss with NeMo-RL's clipped-PG semantics (`compactsim.harness.oracle.step_loss`), token level,
    normalised once by the global trained-token count ``N = Σ_rows sample_mask · |trained tokens|``
    (+1e-8): nemo-rl-semantics §4.6, where per-micro-batch losses divided by the global count sum
    to exactly this;
 3. its gradient by autograd on a float64 copy of the weights, the norm before clipping, clipping,
-   the learning rate, and the AdamW update (`harness.oracle.optimizer`).
+   the learning rate, and the AdamW update (`compactsim.harness.oracle.optimizer`).
 
 The forward pass runs one row at a time: the oracle needs no micro-batching, padding or
 data-parallel layout, so a trainer whose accumulation or normalisation depends on them disagrees.
@@ -29,13 +29,13 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import torch
 
-from harness.core.errors import ConfigError
-from harness.core.expectations import ExpectedRow
-from harness.core.expectations import ExpectedTrainingStep as StepTruth
-from harness.core.policy import TinyPolicy
-from harness.oracle.optimizer import AdamState, adamw_update, clip, learning_rate
-from harness.oracle.step_loss import NORMALIZER_EPS, row_loss
-from harness.oracle.step_settings import StepSettings
+from compactsim.harness.core.errors import ConfigError
+from compactsim.harness.core.expectations import ExpectedRow
+from compactsim.harness.core.expectations import ExpectedTrainingStep as StepTruth
+from compactsim.harness.core.policy import TinyPolicy
+from compactsim.harness.oracle.optimizer import AdamState, adamw_update, clip, learning_rate
+from compactsim.harness.oracle.step_loss import NORMALIZER_EPS, row_loss
+from compactsim.harness.oracle.step_settings import StepSettings
 
 
 def decode_pixels(data_url: str) -> torch.Tensor:

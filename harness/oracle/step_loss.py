@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import torch
 
-from harness.oracle.step_settings import LossSettings
+from compactsim.harness.oracle.step_settings import LossSettings
 
 #: NeMo's masked_mean adds this to its global denominators (§4.6).
 NORMALIZER_EPS = 1e-8

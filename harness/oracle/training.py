@@ -15,13 +15,13 @@ from typing import Any
 
 import torch
 
-from harness.core.expectations import ScenarioExpectation
-from harness.core.training_state import MeasuredStep
-from harness.oracle.optimizer import AdamState
-from harness.core.expectations import ExpectedTrainingStep as StepTruth
-from harness.oracle.step import decode_pixels, expected_step
-from harness.oracle.step_settings import StepSettings
-from harness.oracle.truth import read_truth
+from compactsim.harness.core.expectations import ScenarioExpectation
+from compactsim.harness.core.training_state import MeasuredStep
+from compactsim.harness.oracle.optimizer import AdamState
+from compactsim.harness.core.expectations import ExpectedTrainingStep as StepTruth
+from compactsim.harness.oracle.step import decode_pixels, expected_step
+from compactsim.harness.oracle.step_settings import StepSettings
+from compactsim.harness.oracle.truth import read_truth
 
 
 def _pixels(logs: Sequence[Mapping[str, Any]], wanted: set[str], cache: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from harness.core.errors import ConfigError
-from mock_servers.reward_server.rewards import final_answer
+from compactsim.harness.core.errors import ConfigError
+from compactsim.mock_servers.reward_server.rewards import final_answer
 
 GROUND_TRUTH_FORMAT = "compactsim.ground_truth"
 GROUND_TRUTH_VERSION = 1

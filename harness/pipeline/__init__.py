@@ -13,7 +13,7 @@ __all__ = ["Backend", "ReferenceBackend"]
 
 def __getattr__(name: str) -> Any:
     if name in __all__:
-        from harness.pipeline import backend
+        from compactsim.harness.pipeline import backend
 
         return getattr(backend, name)
-    raise AttributeError(f"module 'harness.pipeline' has no attribute {name!r}")
+    raise AttributeError(f"module 'compactsim.harness.pipeline' has no attribute {name!r}")

@@ -17,9 +17,9 @@ from typing import Any
 
 import numpy as np
 
-from harness.core.errors import ContractError
-from harness.core.evidence import RolloutEvidence
-from harness.pipeline.train_config import AdvantageConfig
+from compactsim.harness.core.errors import ContractError
+from compactsim.harness.core.evidence import RolloutEvidence
+from compactsim.harness.pipeline.train_config import AdvantageConfig
 
 #: Added to a positive std before dividing ("don't sharpen groups with no variation").
 STD_EPSILON = 1e-6

@@ -1,8 +1,8 @@
 """The seam between the harness and a trainer under test: plan → materialize → train step.
 
-The runner and `harness.train_run` talk to the system under test only through `Backend`
+The runner and `compactsim.harness.train_run` talk to the system under test only through `Backend`
 (DESIGN §6). Inputs are Gym-shaped JSON (`/run` results or bare responses) and plain configs
-(`TrainerConfig`); outputs are plain dataclasses of tensors and metrics from `harness.core`
+(`TrainerConfig`); outputs are plain dataclasses of tensors and metrics from `compactsim.harness.core`
 (`TracePlan`, `TraceBatch`, `StepArtifact` inside `StepResult`), so the audit reads them without
 importing any backend's internals. `ReferenceBackend` is compactsim's own pipeline; another
 implementation (a wrapper around NeMo-RL's functions, or a deliberately broken variant that
@@ -19,14 +19,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
-from harness.core.batch import TraceBatch
-from harness.core.errors import ConfigError
-from harness.core.trace_plan import TracePlan
-from harness.pipeline.materializer import materialize as _materialize
-from harness.pipeline.planner import plan_rollout
-from harness.pipeline.train_config import TrainerConfig
-from harness.pipeline.trainer import StepResult, TrainState
-from harness.pipeline.trainer import train_step as _train_step
+from compactsim.harness.core.batch import TraceBatch
+from compactsim.harness.core.errors import ConfigError
+from compactsim.harness.core.trace_plan import TracePlan
+from compactsim.harness.pipeline.materializer import materialize as _materialize
+from compactsim.harness.pipeline.planner import plan_rollout
+from compactsim.harness.pipeline.train_config import TrainerConfig
+from compactsim.harness.pipeline.trainer import StepResult, TrainState
+from compactsim.harness.pipeline.trainer import train_step as _train_step
 
 
 @runtime_checkable
@@ -85,14 +85,14 @@ class ReferenceBackend:
 def load_backend(spec: str) -> Backend:
     """The backend named by ``"module:attr"``: a class (instantiated without arguments) or an instance.
 
-    >>> load_backend("harness.pipeline:ReferenceBackend")
+    >>> load_backend("compactsim.harness.pipeline:ReferenceBackend")
     ReferenceBackend()
     """
     import importlib
 
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
-        raise ConfigError("invalid_argument", f"backend={spec!r}: expected 'module:attr', e.g. harness.pipeline:ReferenceBackend")
+        raise ConfigError("invalid_argument", f"backend={spec!r}: expected 'module:attr', e.g. compactsim.harness.pipeline:ReferenceBackend")
     try:
         obj: Any = importlib.import_module(module_name)
         for part in attr.split("."):

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from harness.core.batch import TraceBatch
-from harness.core.metrics import BATCH_METRIC_KEYS
+from compactsim.harness.core.batch import TraceBatch
+from compactsim.harness.core.metrics import BATCH_METRIC_KEYS
 
 
 def batch_metrics(batch: TraceBatch) -> dict[str, float | int]:
-    """The batch metrics every caller logs (keys: `harness.core.metrics.BATCH_METRIC_KEYS`)."""
+    """The batch metrics every caller logs (keys: `compactsim.harness.core.metrics.BATCH_METRIC_KEYS`)."""
     values = batch.metrics()
     missing = [k for k in BATCH_METRIC_KEYS if k not in values]
     if missing:

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 from pydantic import ValidationError
 
-from harness.core.contract import (
+from compactsim.harness.core.contract import (
     CONTRACT_KEYS,
     TOKEN_FIELDS,
     CallRecord,
@@ -28,16 +28,16 @@ from harness.core.contract import (
     RunResult,
     TokenFields,
 )
-from harness.core.digests import (
+from compactsim.harness.core.digests import (
     MAX_DIGEST_DEPTH,
     EvidenceDigestChain,
     canonical_digest,
     generation_evidence_digest,
     nesting_depth,
 )
-from harness.core.errors import ContractError
-from harness.core.evidence import BoundaryEvent, MediaAsset, ModelCall, RolloutEvidence
-from harness.core.trace_plan import Violation
+from compactsim.harness.core.errors import ContractError
+from compactsim.harness.core.evidence import BoundaryEvent, MediaAsset, ModelCall, RolloutEvidence
+from compactsim.harness.core.trace_plan import Violation
 
 #: NeMo-RL's routed-experts wire envelope: "nrlre1:<dtype>:<S>x<L>x<K>:<base64 LE bytes>".
 _ROUTES_MAGIC = "nrlre1"

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
-from harness.core.errors import ConfigError
+from compactsim.harness.core.errors import ConfigError
 
 if TYPE_CHECKING:  # torch is imported where a tensor is computed, so LossConfig loads without it
     import torch

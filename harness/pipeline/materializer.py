@@ -17,20 +17,20 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from harness.core.batch import PADDING_PARENT, LogicalRecord, TraceBatch
-from harness.core.errors import ContractError
-from harness.core.evidence import ModelCall, RolloutEvidence
-from harness.core.trace_plan import PhysicalTrace, TracePlan
-from harness.pipeline.advantages import (
+from compactsim.harness.core.batch import PADDING_PARENT, LogicalRecord, TraceBatch
+from compactsim.harness.core.errors import ContractError
+from compactsim.harness.core.evidence import ModelCall, RolloutEvidence
+from compactsim.harness.core.trace_plan import PhysicalTrace, TracePlan
+from compactsim.harness.pipeline.advantages import (
     LogicalAdvantages,
     check_group_sizes,
     check_unique_rollouts,
     compute_logical_advantages,
     rollout_sort_key,
 )
-from harness.pipeline.media import MediaResolver
-from harness.pipeline.routes import call_routes, fill_padding_routes, fill_trace_routes, route_dtype, trace_route_layout
-from harness.pipeline.train_config import MaterializeConfig, TrainerConfig
+from compactsim.harness.pipeline.media import MediaResolver
+from compactsim.harness.pipeline.routes import call_routes, fill_padding_routes, fill_trace_routes, route_dtype, trace_route_layout
+from compactsim.harness.pipeline.train_config import MaterializeConfig, TrainerConfig
 
 _FLOAT_DTYPES = {"float32": torch.float32, "float64": torch.float64}
 _NUMPY_FLOAT = {"float32": np.float32, "float64": np.float64}

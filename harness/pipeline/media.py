@@ -13,9 +13,9 @@ from typing import Any
 
 import torch
 
-from harness.core.errors import ContractError
-from harness.core.evidence import RolloutEvidence
-from harness.core.images import MAX_IMAGE_BYTES, MAX_IMAGE_PIXELS, decode_data_url
+from compactsim.harness.core.errors import ContractError
+from compactsim.harness.core.evidence import RolloutEvidence
+from compactsim.harness.core.images import MAX_IMAGE_BYTES, MAX_IMAGE_PIXELS, decode_data_url
 
 
 #: Gym's content-addressed media id: "media-" + the first 24 hex digits of the content digest

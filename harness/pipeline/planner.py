@@ -14,12 +14,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from harness.core.digests import MAX_DIGEST_DEPTH, canonical_digest, nesting_depth
-from harness.core.errors import ContractError
-from harness.core.evidence import MediaAsset, ModelCall, RolloutEvidence
-from harness.core.trace_plan import PhysicalTrace, StartReason, TracePlan, Violation, physical_trace_id
-from harness.pipeline.ingest import UNKNOWN_ROLLOUT, ingest_result
-from harness.pipeline.media import GYM_MEDIA_ID
+from compactsim.harness.core.digests import MAX_DIGEST_DEPTH, canonical_digest, nesting_depth
+from compactsim.harness.core.errors import ContractError
+from compactsim.harness.core.evidence import MediaAsset, ModelCall, RolloutEvidence
+from compactsim.harness.core.trace_plan import PhysicalTrace, StartReason, TracePlan, Violation, physical_trace_id
+from compactsim.harness.pipeline.ingest import UNKNOWN_ROLLOUT, ingest_result
+from compactsim.harness.pipeline.media import GYM_MEDIA_ID
 
 #: Tokens shown on each side of the first mismatch in a discontinuity diagnostic.
 DIAGNOSTIC_WINDOW = 16

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from harness.core.errors import ConfigError
+from compactsim.harness.core.errors import ConfigError
 
 
 @dataclass(frozen=True, slots=True, eq=False)

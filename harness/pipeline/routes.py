@@ -18,9 +18,9 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from harness.core.batch import MISSING_ROUTE_SENTINEL
-from harness.core.errors import ContractError
-from harness.core.evidence import ModelCall
+from compactsim.harness.core.batch import MISSING_ROUTE_SENTINEL
+from compactsim.harness.core.errors import ContractError
+from compactsim.harness.core.evidence import ModelCall
 
 
 def call_routes(call: ModelCall, *, rollout_id: str) -> np.ndarray | None:

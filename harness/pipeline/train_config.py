@@ -2,7 +2,7 @@
 
 `TrainerConfig` mirrors the subset of NeMo-RL's `grpo`, `loss_fn` and `policy` settings that
 compactsim models, under the same names (defaults follow NeMo-RL unless a comment says otherwise);
-`loss_fn` is the loss's own `harness.pipeline.loss.LossConfig`. Every field is classified
+`loss_fn` is the loss's own `compactsim.harness.pipeline.loss.LossConfig`. Every field is classified
 either as supported on the physical-trace path or as an unsupported option with the reason;
 `validate_physical_trace_training_config` rejects every unsupported setting in one error and
 checks the cross-field rules. A unit test compares the field set with a checked-in frozen set,
@@ -16,8 +16,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from harness.core.errors import ConfigError
-from harness.pipeline.loss import LossConfig
+from compactsim.harness.core.errors import ConfigError
+from compactsim.harness.pipeline.loss import LossConfig
 
 _STRICT = ConfigDict(extra="forbid", frozen=True)
 

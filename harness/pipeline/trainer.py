@@ -15,7 +15,7 @@ materialize rows and pad → `train_step`. `train_step(state, batch, cfg)` then 
 5. metrics (batch metrics + loss metrics + grad norm + lr + versions) and the step artifact.
 
 Pushing the new weights to the generation server is a side effect left to the caller
-(`harness.train_run`); `state.version` already names the version those weights will get.
+(`compactsim.harness.train_run`); `state.version` already names the version those weights will get.
 No hidden state beyond `state`. Semantics: `shared/reference/nemo-rl-semantics.md` §3-§6.
 """
 
@@ -28,18 +28,18 @@ from typing import Any
 
 import torch
 
-from harness.core import metrics as M
-from harness.core.artifacts import StepArtifact, artifact_from_batch
-from harness.core.batch import TraceBatch
-from harness.core.errors import ConfigError, ContractError
-from harness.core.policy import PolicyConfig as ModelConfig
-from harness.core.policy import TinyPolicy
-from harness.pipeline.advantages import compute_logical_advantages
-from harness.pipeline.batch_metrics import step_metrics
-from harness.pipeline.loss import clipped_pg_loss, combine_metrics, valid_counts
-from harness.pipeline.materializer import prepare_trace_batch
-from harness.pipeline.planner import plan_rollout
-from harness.pipeline.train_config import TrainerConfig, validate_physical_trace_training_config
+from compactsim.harness.core import metrics as M
+from compactsim.harness.core.artifacts import StepArtifact, artifact_from_batch
+from compactsim.harness.core.batch import TraceBatch
+from compactsim.harness.core.errors import ConfigError, ContractError
+from compactsim.harness.core.policy import PolicyConfig as ModelConfig
+from compactsim.harness.core.policy import TinyPolicy
+from compactsim.harness.pipeline.advantages import compute_logical_advantages
+from compactsim.harness.pipeline.batch_metrics import step_metrics
+from compactsim.harness.pipeline.loss import clipped_pg_loss, combine_metrics, valid_counts
+from compactsim.harness.pipeline.materializer import prepare_trace_batch
+from compactsim.harness.pipeline.planner import plan_rollout
+from compactsim.harness.pipeline.train_config import TrainerConfig, validate_physical_trace_training_config
 
 #: `policy.precision` → torch dtype of the trained weights.
 PRECISIONS: dict[str, torch.dtype] = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16}

@@ -1,16 +1,16 @@
 """Run reports: `summary.json` (machine-readable, deterministic), `timings.json` and a self-contained `report.html`."""
 
-from harness.report.html import format_report_html, format_suite_table
-from harness.report.plots import format_metric_plot
-from harness.report.records import RolloutView, RowView, ScenarioRecord, SuiteRecord, TokenSpan
-from harness.report.summary import (
+from compactsim.harness.report.html import format_report_html, format_suite_table
+from compactsim.harness.report.plots import format_metric_plot
+from compactsim.harness.report.records import RolloutView, RowView, ScenarioRecord, SuiteRecord, TokenSpan
+from compactsim.harness.report.summary import (
     SUMMARY_FORMAT,
     collect_versions,
     format_summary,
     format_summary_json,
     format_timings,
 )
-from harness.report.trace_view import rollout_views
+from compactsim.harness.report.trace_view import rollout_views
 
 __all__ = [
     "RolloutView",

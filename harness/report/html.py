@@ -14,10 +14,10 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from harness.audit import Finding
-from harness.audit.findings import json_value
-from harness.report.plots import HIDDEN_IN_MODE, HIDDEN_REASON, format_metric_plot, metrics_for_mode, plotted_metrics
-from harness.report.records import RolloutView, RowView, ScenarioRecord, SuiteRecord
+from compactsim.harness.audit import Finding
+from compactsim.harness.audit.findings import json_value
+from compactsim.harness.report.plots import HIDDEN_IN_MODE, HIDDEN_REASON, format_metric_plot, metrics_for_mode, plotted_metrics
+from compactsim.harness.report.records import RolloutView, RowView, ScenarioRecord, SuiteRecord
 
 _CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px;color:#1a202c;background:#fff}

@@ -3,7 +3,7 @@
 CI servers (GitHub Actions test reporters, GitLab, Jenkins, Buildkite) read JUnit XML to show
 which scenario failed and why without anyone opening a log. `CaseResult` is the neutral shape
 both `compactsim run` (scenario records) and `compactsim verify` (golden verdicts) are turned
-into, so the XML and the Markdown summary (`harness.report.markdown`) say the same thing.
+into, so the XML and the Markdown summary (`compactsim.harness.report.markdown`) say the same thing.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ def clean_xml_text(text: str) -> str:
 
 
 def cases_from_records(records: Sequence[Any]) -> list[CaseResult]:
-    """`compactsim run`'s scenario records (`harness.report.records.ScenarioRecord`) as cases."""
+    """`compactsim run`'s scenario records (`compactsim.harness.report.records.ScenarioRecord`) as cases."""
     out: list[CaseResult] = []
     for r in records:
         summary = "" if r.passed else (f"expected {r.expected}, observed {r.observed}, "
@@ -51,7 +51,7 @@ def cases_from_records(records: Sequence[Any]) -> list[CaseResult]:
 
 
 def cases_from_verify(report: Any, format_finding: Callable[[Any, Any], str]) -> list[CaseResult]:
-    """`compactsim verify`'s verdicts (`harness.golden.verify.VerifyReport`) as cases."""
+    """`compactsim verify`'s verdicts (`compactsim.harness.golden.verify.VerifyReport`) as cases."""
     out: list[CaseResult] = []
     for v in report.scenarios:
         notes = tuple(f"not checked: {name} ({n})" for name, n in v.not_checked.items())

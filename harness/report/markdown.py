@@ -13,7 +13,7 @@ import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from harness.report.junit import CaseResult
+from compactsim.harness.report.junit import CaseResult
 
 #: The environment variable naming GitHub Actions' job-summary file.
 STEP_SUMMARY_ENV = "GITHUB_STEP_SUMMARY"

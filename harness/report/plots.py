@@ -7,7 +7,7 @@ import io
 import math
 from collections.abc import Mapping, Sequence
 
-from harness.core import metrics as M
+from compactsim.harness.core import metrics as M
 
 #: Metrics drawn for every scenario when it reports them, one panel each, in this order.
 PLOTTED_METRICS: tuple[str, ...] = (

@@ -11,8 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.audit import Finding, ObservedError
-from harness.audit.findings import json_value
+from compactsim.harness.audit import Finding, ObservedError
+from compactsim.harness.audit.findings import json_value
 
 
 @dataclass(frozen=True, slots=True)

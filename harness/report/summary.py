@@ -13,7 +13,7 @@ import platform
 from collections.abc import Mapping
 from typing import Any
 
-from harness.report.records import SuiteRecord
+from compactsim.harness.report.records import SuiteRecord
 
 SUMMARY_FORMAT = "compactsim-summary/1"
 
@@ -28,7 +28,7 @@ def collect_versions() -> dict[str, str]:
             out[dist] = metadata.version(dist)
         except metadata.PackageNotFoundError:
             out[dist] = "unknown"
-    from harness.core.artifacts import ARTIFACT_FORMAT
+    from compactsim.harness.core.artifacts import ARTIFACT_FORMAT
 
     out["artifact_format"] = ARTIFACT_FORMAT
     return out

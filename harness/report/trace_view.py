@@ -12,9 +12,9 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
-from harness.audit import Finding, ObservedRow, ObservedStep
-from harness.core import tokenizer as tok
-from harness.report.records import RolloutView, RowView, TokenSpan
+from compactsim.harness.audit import Finding, ObservedRow, ObservedStep
+from compactsim.harness.core import tokenizer as tok
+from compactsim.harness.report.records import RolloutView, RowView, TokenSpan
 
 #: At most this many tokens of a row are drawn; the rest is summarised as one span.
 MAX_TOKENS_PER_ROW = 2048

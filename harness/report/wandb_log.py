@@ -4,7 +4,7 @@ NeMo-RL logs trainer metrics with the prefix ``train/`` (``train/loss``, ``train
 ``train/token_mult_prob_error``, ``train/advantages/mean``, ...). compactsim's flat keys get that
 prefix here; keys already in a namespace (``physical_trace_training/...``, the reference PR's
 dashboard keys; ``train/...``; ``async/...``; ``timing/...``) are logged unchanged. Pure functions:
-`harness.runner` does the logging.
+`compactsim.harness.runner` does the logging.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from harness.core.errors import ConfigError
-from harness.report.records import ScenarioRecord
+from compactsim.harness.core.errors import ConfigError
+from compactsim.harness.report.records import ScenarioRecord
 
 #: Namespaces kept as they are; every other key is a trainer metric and goes under `train/`.
 KEPT_NAMESPACES: tuple[str, ...] = ("physical_trace_training/", "train/", "async/", "timing/", "validation/")

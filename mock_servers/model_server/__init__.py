@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from mock_servers.model_server.settings import FaultSpec, Limits, PolicySettings, ScriptStep, ScriptToolCall, ServerSettings
+from compactsim.mock_servers.model_server.settings import FaultSpec, Limits, PolicySettings, ScriptStep, ScriptToolCall, ServerSettings
 
 if TYPE_CHECKING:
-    from mock_servers.model_server.app import create_app
+    from compactsim.mock_servers.model_server.app import create_app
 
 __all__ = ["FaultSpec", "Limits", "PolicySettings", "ScriptStep", "ScriptToolCall", "ServerSettings", "create_app"]
 
@@ -19,7 +19,7 @@ __all__ = ["FaultSpec", "Limits", "PolicySettings", "ScriptStep", "ScriptToolCal
 def __getattr__(name: str) -> Any:
     """Import the FastAPI app module only when `create_app` is asked for."""
     if name == "create_app":
-        from mock_servers.model_server.app import create_app
+        from compactsim.mock_servers.model_server.app import create_app
 
         return create_app
-    raise AttributeError(f"module 'mock_servers.model_server' has no attribute {name!r}")
+    raise AttributeError(f"module 'compactsim.mock_servers.model_server' has no attribute {name!r}")

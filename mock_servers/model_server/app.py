@@ -2,18 +2,18 @@
 
 The HTTP boundary: a body over ``limits.max_body_bytes`` (``max_weights_bytes`` for `/weights`)
 gets 413 before any route reads it; the JSON routes check the other request limits and run the
-request pipeline off the serving loop (`mock_servers.model_server.limits`); a server bug answers
-a JSON 500 and keeps the connection (`mock_servers.limits.ErrorGuardMiddleware`).
+request pipeline off the serving loop (`compactsim.mock_servers.model_server.limits`); a server bug answers
+a JSON 500 and keeps the connection (`compactsim.mock_servers.limits.ErrorGuardMiddleware`).
 """
 
 from __future__ import annotations
 
 from fastapi import FastAPI
 
-from mock_servers.limits import BodyLimitMiddleware, ErrorGuardMiddleware
-from mock_servers.model_server.routes import admin, chat, responses, tokenize
-from mock_servers.model_server.settings import ServerSettings
-from mock_servers.model_server.state import ServerState
+from compactsim.mock_servers.limits import BodyLimitMiddleware, ErrorGuardMiddleware
+from compactsim.mock_servers.model_server.routes import admin, chat, responses, tokenize
+from compactsim.mock_servers.model_server.settings import ServerSettings
+from compactsim.mock_servers.model_server.state import ServerState
 
 
 def create_app(settings: ServerSettings | None = None) -> FastAPI:

@@ -28,12 +28,12 @@ from typing import Any, Literal
 
 import numpy as np
 
-from harness.core import tokenizer as tok
-from harness.core.chat_template import ParsedCompletion, Rendered, parse_completion
-from harness.core.digests import bytes_digest, canonical_digest
-from harness.core.errors import ConfigError, ContractError
-from mock_servers.model_server.sampling import placeholder_row, sample_text_token, scripted_logprobs, scripted_routes
-from mock_servers.model_server.settings import ScriptStep, ServerSettings
+from compactsim.harness.core import tokenizer as tok
+from compactsim.harness.core.chat_template import ParsedCompletion, Rendered, parse_completion
+from compactsim.harness.core.digests import bytes_digest, canonical_digest
+from compactsim.harness.core.errors import ConfigError, ContractError
+from compactsim.mock_servers.model_server.sampling import placeholder_row, sample_text_token, scripted_logprobs, scripted_routes
+from compactsim.mock_servers.model_server.settings import ScriptStep, ServerSettings
 
 
 class RequestRejected(Exception):
@@ -294,7 +294,7 @@ class Engine:
         return {"float32": torch.float32, "float64": torch.float64}[self.settings.policy.dtype]
 
     def _seeded_policy(self, seed: int):
-        from harness.core.policy import PolicyConfig, TinyPolicy
+        from compactsim.harness.core.policy import PolicyConfig, TinyPolicy
 
         s = self.settings
         cfg = PolicyConfig(n_layers=s.num_layers, n_experts=s.num_experts, top_k=s.top_k)
@@ -311,7 +311,7 @@ class Engine:
 
     def load_weights(self, data: bytes) -> int:
         """Load `TinyPolicy.to_bytes()` weights; bumps and returns `policy_version`."""
-        from harness.core.policy import TinyPolicy
+        from compactsim.harness.core.policy import TinyPolicy
 
         try:
             policy = TinyPolicy.load_bytes(data, dtype=self._torch_dtype(), device=self.settings.policy.device)
@@ -333,7 +333,7 @@ class Engine:
 
     def check_media(self, prompt: Rendered) -> None:
         """413 for an oversized image, 422 for too many or a non-data URL (never fetched or opened)."""
-        from harness.core.images import data_url_payload, encoded_size
+        from compactsim.harness.core.images import data_url_payload, encoded_size
 
         lim = self.settings.limits
         if len(prompt.images) > lim.max_images:
@@ -405,7 +405,7 @@ class Engine:
     def _policy_generate(self, prompt: Rendered, template: list[int], key: CallKey, digest: str, top_n: int) -> dict[str, Any]:
         import torch
 
-        from harness.core.images import decode_data_url
+        from compactsim.harness.core.images import decode_data_url
 
         s = self.settings
         images = []

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from harness.core.seeds import uniform01
-from mock_servers.model_server.engine import CallKey
-from mock_servers.model_server.settings import TRANSPORT_FAULTS, FaultSpec, ServerSettings
+from compactsim.harness.core.seeds import uniform01
+from compactsim.mock_servers.model_server.engine import CallKey
+from compactsim.mock_servers.model_server.settings import TRANSPORT_FAULTS, FaultSpec, ServerSettings
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,7 +1,7 @@
 """The model server's request limits, checked at the HTTP boundary before the request pipeline runs.
 
 `handle(state, endpoint, raw)` is what the JSON routes call: on a worker thread (see
-`mock_servers.limits.run_off_loop`) it decodes the body under the JSON caps, checks the
+`compactsim.mock_servers.limits.run_off_loop`) it decodes the body under the JSON caps, checks the
 model-server limits below, and only then hands the raw body to `ServerState` (parse → render →
 generate → serialise, unchanged). A refusal is a 4xx ``{"detail", "limit", "field"}`` answer,
 recorded in the request log like any other refusal.
@@ -26,10 +26,10 @@ from typing import Any
 
 from starlette.responses import Response
 
-from harness.core.digests import bytes_digest
-from mock_servers.limits import JsonLimits, LimitExceeded, field_path, load_json, run_off_loop
-from mock_servers.model_server.settings import Limits
-from mock_servers.model_server.state import ServerState, json_response
+from compactsim.harness.core.digests import bytes_digest
+from compactsim.mock_servers.limits import JsonLimits, LimitExceeded, field_path, load_json, run_off_loop
+from compactsim.mock_servers.model_server.settings import Limits
+from compactsim.mock_servers.model_server.state import ServerState, json_response
 
 #: keys whose string values the chat template renders as text bytes (a lower bound on the prompt)
 _TEXT_KEYS = frozenset({"text", "content", "output", "arguments"})

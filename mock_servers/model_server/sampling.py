@@ -1,6 +1,6 @@
 """Counter-based draws for the mock model server: scripted logprobs, marker routes, policy sampling.
 
-One key per (seed, purpose, rollout, call) comes from `harness.core.seeds.derive_int`; per
+One key per (seed, purpose, rollout, call) comes from `compactsim.harness.core.seeds.derive_int`; per
 position (and layer) values are `splitmix64(key + counter)`, vectorised with numpy. Nothing here
 holds state, so a value depends only on its key and counter, never on request order.
 """
@@ -12,8 +12,8 @@ from functools import lru_cache
 
 import numpy as np
 
-from harness.core import tokenizer as tok
-from harness.core.seeds import derive_int, uniform01
+from compactsim.harness.core import tokenizer as tok
+from compactsim.harness.core.seeds import derive_int, uniform01
 
 _MASK = np.uint64(0xFFFFFFFFFFFFFFFF)
 

@@ -23,8 +23,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from harness.core import tokenizer as tok
-from mock_servers.model_server.engine import Generation
+from compactsim.harness.core import tokenizer as tok
+from compactsim.mock_servers.model_server.engine import Generation
 
 
 def dumps(obj: Any) -> bytes:

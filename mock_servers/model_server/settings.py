@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from harness.core.chat_template import DRIFT_MODES, AssistantAction, ToolCall, encode_action
+from compactsim.harness.core.chat_template import DRIFT_MODES, AssistantAction, ToolCall, encode_action
 
 Mode = Literal["scripted", "policy"]
 
@@ -126,7 +126,7 @@ class PolicySettings(_Strict):
 
 
 class Limits(_Strict):
-    """Caps that turn into 413 (sizes) or 422 (counts); a refusal names the cap (`mock_servers.model_server.limits`)."""
+    """Caps that turn into 413 (sizes) or 422 (counts); a refusal names the cap (`compactsim.mock_servers.model_server.limits`)."""
 
     max_body_bytes: int = Field(default=16 * 1024 * 1024, ge=1024)
     max_image_bytes: int = Field(default=4 * 1024 * 1024, ge=64)

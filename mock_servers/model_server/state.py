@@ -17,12 +17,12 @@ import anyio
 from pydantic import BaseModel, ValidationError
 from starlette.responses import Response
 
-from harness.core import tokenizer as tok
-from harness.core.chat_template import Rendered, render_chat, render_prompt
-from harness.core.digests import bytes_digest, canonical_digest
-from harness.core.errors import ConfigError
-from mock_servers.model_server import serialize
-from mock_servers.model_server.engine import (
+from compactsim.harness.core import tokenizer as tok
+from compactsim.harness.core.chat_template import Rendered, render_chat, render_prompt
+from compactsim.harness.core.digests import bytes_digest, canonical_digest
+from compactsim.harness.core.errors import ConfigError
+from compactsim.mock_servers.model_server import serialize
+from compactsim.mock_servers.model_server.engine import (
     CallKey,
     CallTracker,
     Engine,
@@ -32,10 +32,10 @@ from mock_servers.model_server.engine import (
     check_prefix,
     read_hints,
 )
-from mock_servers.model_server.faults import NO_FAULTS, DroppedConnectionResponse, FaultPlan, TruncatedJSONResponse, select_faults
-from mock_servers.model_server.request_log import RequestLog
-from mock_servers.model_server.schemas import ChatCompletionRequest, ResponsesRequest, TokenizeRequest
-from mock_servers.model_server.settings import ServerSettings
+from compactsim.mock_servers.model_server.faults import NO_FAULTS, DroppedConnectionResponse, FaultPlan, TruncatedJSONResponse, select_faults
+from compactsim.mock_servers.model_server.request_log import RequestLog
+from compactsim.mock_servers.model_server.schemas import ChatCompletionRequest, ResponsesRequest, TokenizeRequest
+from compactsim.mock_servers.model_server.settings import ServerSettings
 
 
 def json_response(obj: Any, status: int = 200) -> Response:
@@ -89,7 +89,7 @@ class ServerState:
             if req.messages is not None:
                 return render_chat(req.messages, drift=drift, add_generation_prompt=req.add_generation_prompt)  # type: ignore[arg-type]
             if req.input is not None:
-                from harness.core.chat_template import render
+                from compactsim.harness.core.chat_template import render
 
                 return render(req.input, drift=drift, add_generation_prompt=req.add_generation_prompt,  # type: ignore[arg-type]
                               instructions=req.instructions)

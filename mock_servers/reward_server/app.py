@@ -1,6 +1,6 @@
 """Assemble the mock reward server: `create_app(settings)` -> FastAPI app (serve it on 127.0.0.1 only).
 
-Same HTTP boundary as the model server (`mock_servers.limits`): 413 for a body over
+Same HTTP boundary as the model server (`compactsim.mock_servers.limits`): 413 for a body over
 ``max_body_bytes`` (declared or streamed), JSON caps checked off the serving loop by the route,
 and a server bug answers a JSON 500 without closing the connection.
 """
@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from fastapi import FastAPI
 
-from mock_servers.limits import BodyLimitMiddleware, ErrorGuardMiddleware
-from mock_servers.reward_server.routes import verify
-from mock_servers.reward_server.settings import RewardSettings
+from compactsim.mock_servers.limits import BodyLimitMiddleware, ErrorGuardMiddleware
+from compactsim.mock_servers.reward_server.routes import verify
+from compactsim.mock_servers.reward_server.settings import RewardSettings
 
 
 def create_app(settings: RewardSettings | None = None) -> FastAPI:

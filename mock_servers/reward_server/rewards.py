@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from mock_servers.reward_server.settings import RewardSettings
+from compactsim.mock_servers.reward_server.settings import RewardSettings
 
 _CONTRACT_KEYS = ("context_compaction_contract", "rollout_trace_contract")
 

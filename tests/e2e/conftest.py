@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from harness.cli import app
+from compactsim.harness.cli import app
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from scenarios.catalogue import list_scenarios
+from compactsim.scenarios.catalogue import list_scenarios
 
 pytestmark = [pytest.mark.timeout(1500), pytest.mark.filterwarnings("ignore::DeprecationWarning")]
 

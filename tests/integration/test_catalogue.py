@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import pytest
 
-from harness.core import metrics as M
+from compactsim.harness.core import metrics as M
 
-from scenarios.catalogue import default_catalogue
-from scenarios.execute import collect_step
+from compactsim.scenarios.catalogue import default_catalogue
+from compactsim.scenarios.execute import collect_step
 from tests.unit.scenarios.scenario_helpers import expected_plan_json, plan_json, row_differences, run_step
 
 pytestmark = pytest.mark.filterwarnings("ignore:Using `httpx` with `starlette.testclient`")
@@ -90,7 +90,7 @@ def test_catalogue_has_every_required_situation():
     }
     assert required <= names, sorted(required - names)
     assert len(CATALOGUE) >= 30
-    from scenarios.mutations import MUTATIONS
+    from compactsim.scenarios.mutations import MUTATIONS
 
     assert {m.name for m in MUTATIONS} == {s.mutation.name for s in CATALOGUE if s.mutation is not None}
 

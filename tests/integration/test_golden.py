@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from harness.core.seeds import rng
-from harness.golden import (
+from compactsim.harness.core.seeds import rng
+from compactsim.harness.golden import (
     backend_dump,
     export_goldens,
     format_dump,
@@ -24,8 +24,8 @@ from harness.golden import (
     validator,
     verify_dump,
 )
-from harness.golden.rows_dump import RowsDumpError
-from harness.runner import resolve_scenarios
+from compactsim.harness.golden.rows_dump import RowsDumpError
+from compactsim.harness.runner import resolve_scenarios
 
 pytestmark = [pytest.mark.timeout(600), pytest.mark.filterwarnings("ignore::DeprecationWarning")]
 

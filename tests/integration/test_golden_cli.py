@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from harness.cli import app
-from harness.golden.schema import load_schema
+from compactsim.harness.cli import app
+from compactsim.harness.golden.schema import load_schema
 
 pytestmark = [pytest.mark.timeout(600), pytest.mark.filterwarnings("ignore::DeprecationWarning")]
 

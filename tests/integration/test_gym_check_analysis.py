@@ -7,15 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from harness.core.contract import GymResponse
-from harness.core.errors import ConfigError
-from harness.gym_check import baseline as baselines
-from harness.gym_check.digest_check import DigestCheck, payload_checks, primitive_checks
-from harness.gym_check.errors import GymSetupError
-from harness.gym_check.live import compare_payloads, load_hook, png_data_url, scenarios
-from harness.gym_check.revision import parse_spec, shim_requirements
-from harness.gym_check.run import envelope_flavour, load_payloads, payload_flavour
-from harness.gym_check.schema_diff import apply_transform, diff_schemas
+from compactsim.harness.core.contract import GymResponse
+from compactsim.harness.core.errors import ConfigError
+from compactsim.harness.gym_check import baseline as baselines
+from compactsim.harness.gym_check.digest_check import DigestCheck, payload_checks, primitive_checks
+from compactsim.harness.gym_check.errors import GymSetupError
+from compactsim.harness.gym_check.live import compare_payloads, load_hook, png_data_url, scenarios
+from compactsim.harness.gym_check.revision import parse_spec, shim_requirements
+from compactsim.harness.gym_check.run import envelope_flavour, load_payloads, payload_flavour
+from compactsim.harness.gym_check.schema_diff import apply_transform, diff_schemas
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -183,7 +183,7 @@ def test_checker_imports_only_the_stdlib_and_pydantic() -> None:
     import ast
     import sys
 
-    from harness.gym_check.probe import CHECKER
+    from compactsim.harness.gym_check.probe import CHECKER
 
     tree = ast.parse(CHECKER.read_text(encoding="utf-8"))
     imported = {

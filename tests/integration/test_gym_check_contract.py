@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from harness.cli import app
-from harness.gym_check import GymCheckOptions, run_gym_check
-from harness.gym_check.revision import fetch_revision, parse_spec
-from harness.gym_check.run import contract_absent
+from compactsim.harness.cli import app
+from compactsim.harness.gym_check import GymCheckOptions, run_gym_check
+from compactsim.harness.gym_check.revision import fetch_revision, parse_spec
+from compactsim.harness.gym_check.run import contract_absent
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "gym_no_compaction"
 DRIFT_FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "gym_drift" / "baseline"

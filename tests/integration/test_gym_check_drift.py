@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from harness.cli import app
-from harness.gym_check import GymCheckOptions, run_gym_check
-from harness.gym_check.errors import GymSetupError
-from harness.gym_check.summary import gym_summary_record
+from compactsim.harness.cli import app
+from compactsim.harness.gym_check import GymCheckOptions, run_gym_check
+from compactsim.harness.gym_check.errors import GymSetupError
+from compactsim.harness.gym_check.summary import gym_summary_record
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "gym_drift" / "baseline"
 SESSION = "responses_api_agents/simple_agent_with_compaction/compaction/session.py"

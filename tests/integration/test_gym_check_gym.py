@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from harness.gym_check import GymCheckOptions, run_gym_check
-from harness.gym_check import baseline as baselines
-from harness.gym_check.live import compare_payloads
-from harness.gym_check.probe import CheckerProcess
-from harness.gym_check.revision import fetch_revision, parse_spec
-from harness.gym_check.venv import default_cache_dir, ensure_venv
+from compactsim.harness.gym_check import GymCheckOptions, run_gym_check
+from compactsim.harness.gym_check import baseline as baselines
+from compactsim.harness.gym_check.live import compare_payloads
+from compactsim.harness.gym_check.probe import CheckerProcess
+from compactsim.harness.gym_check.revision import fetch_revision, parse_spec
+from compactsim.harness.gym_check.venv import default_cache_dir, ensure_venv
 
 pytestmark = [pytest.mark.gym, pytest.mark.slow]
 SPEC = "nemo-gym==0.7.0"
@@ -111,9 +111,9 @@ def test_gym_check_live_compares_our_emitter_field_by_field(tmp_path: Path) -> N
 
 
 def test_gym_check_live_our_emitter_matches_the_revision_field_by_field(live_report) -> None:
-    """The default hook (agents.evidence.live) emits what the revision's session emits for every live scenario."""
+    """The default hook (compactsim.agents.evidence.live) emits what the revision's session emits for every live scenario."""
     report, _out = live_report
-    assert report.live["emitter_hook"] == "agents.evidence.live:emit_live_script"
+    assert report.live["emitter_hook"] == "compactsim.agents.evidence.live:emit_live_script"
     emitters = {s["name"]: s["emitter"] for s in report.live["scenarios"]}
     assert emitters == {name: {"summary": "identical", "diffs": []}
                         for name in ("no-compaction", "image-recency-k2", "reasoning-recency")}

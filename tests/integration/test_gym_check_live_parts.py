@@ -7,14 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from harness.core.errors import ConfigError
-from harness.gym_check.gym_truth import gym_ground_truth
-from harness.gym_check.live_gym import diff_category, live_scenarios, run_body, tool_outputs
-from harness.gym_check.wire import wire_summary
-from harness.oracle.truth import read_truth
-from harness.pipeline.ingest import TRAINER_POLICY_VERSION, normalize_result
-from scenarios.build import step_specs
-from scenarios.catalogue import default_catalogue
+from compactsim.harness.core.errors import ConfigError
+from compactsim.harness.gym_check.gym_truth import gym_ground_truth
+from compactsim.harness.gym_check.live_gym import diff_category, live_scenarios, run_body, tool_outputs
+from compactsim.harness.gym_check.wire import wire_summary
+from compactsim.harness.oracle.truth import read_truth
+from compactsim.harness.pipeline.ingest import TRAINER_POLICY_VERSION, normalize_result
+from compactsim.scenarios.build import step_specs
+from compactsim.scenarios.catalogue import default_catalogue
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "gym-0.7.0-transport-compacted-3call.json"
 

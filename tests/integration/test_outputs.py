@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.core.errors import ConfigError
-from harness.outputs import (
+from compactsim.harness.core.errors import ConfigError
+from compactsim.harness.outputs import (
     OWNED,
     finish_output_dir,
     looks_like_output,
@@ -28,8 +28,8 @@ from harness.outputs import (
     staging_dir,
     write_outputs,
 )
-from harness.runner import RunOptions, gym_record, resolve_scenarios, run_suite, suite_record
-from harness.runner import write_outputs as runner_write_outputs
+from compactsim.harness.runner import RunOptions, gym_record, resolve_scenarios, run_suite, suite_record
+from compactsim.harness.runner import write_outputs as runner_write_outputs
 
 pytestmark = pytest.mark.filterwarnings("ignore:Using `httpx` with `starlette.testclient`")
 
@@ -116,7 +116,7 @@ def test_write_outputs_alone_never_leaves_stale_files_beside_new_ones(tmp_path, 
 
 
 def test_write_outputs_interrupted_before_the_summary_leaves_no_summary(tmp_path, finished, monkeypatch):
-    import harness.outputs as outputs
+    import compactsim.harness.outputs as outputs
 
     out = tmp_path / "out"
     _previous_run(out, finished)
@@ -138,7 +138,7 @@ def test_write_outputs_interrupted_before_the_summary_leaves_no_summary(tmp_path
 
 
 def test_write_outputs_removes_the_old_summary_before_moving_anything(tmp_path, finished, monkeypatch):
-    import harness.outputs as outputs
+    import compactsim.harness.outputs as outputs
 
     out = tmp_path / "out"
     _previous_run(out, finished)

@@ -24,8 +24,8 @@ from pathlib import Path
 
 import pytest
 
-from agents.collect.ray_local import LOCAL_RAY_ENV, check_ray_address
-from harness.core.errors import ConfigError
+from compactsim.agents.collect.ray_local import LOCAL_RAY_ENV, check_ray_address
+from compactsim.harness.core.errors import ConfigError
 
 BIN = Path(sys.executable).parent
 SCENARIOS = ("explicit-logprobs", "image-compaction-k2-rolling")

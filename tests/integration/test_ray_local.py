@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from agents.collect.ray_local import LOCAL_RAY_ENV, local_ray
+from compactsim.agents.collect.ray_local import LOCAL_RAY_ENV, local_ray
 
 
 @pytest.mark.slow

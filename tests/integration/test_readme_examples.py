@@ -40,8 +40,8 @@ MY_TRAINER = '''
 import argparse
 from pathlib import Path
 
-from harness.golden import backend_dump, read_golden
-from harness.golden.rows_dump import format_dump
+from compactsim.harness.golden import backend_dump, read_golden
+from compactsim.harness.golden.rows_dump import format_dump
 
 parser = argparse.ArgumentParser()
 parser.add_argument("goldens")
@@ -135,7 +135,7 @@ def test_readme_shell_block_runs(block: str, tmp_path: Path):
 
 
 def test_readme_rows_dump_example_is_a_valid_dump_line():
-    from harness.golden.rows_dump import parse_rows_dump
+    from compactsim.harness.golden.rows_dump import parse_rows_dump
 
     (block,) = blocks(README.read_text(encoding="utf-8"), "jsonl")
     dump = parse_rows_dump(block, source="README.md")

@@ -9,12 +9,12 @@ from collections.abc import Iterator
 
 import pytest
 
-from agents import InProcessServers, LocalExecutor, PRESETS, RetryPolicy, RolloutScript, RolloutSpec, collect, policy_preset
-from agents.collect import HttpServers, server_script
-from agents.rollout.script import scripted_turns
-from harness.core import tokenizer as tok
-from harness.core.errors import ContractError
-from harness.pipeline.planner import plan_rollout
+from compactsim.agents import InProcessServers, LocalExecutor, PRESETS, RetryPolicy, RolloutScript, RolloutSpec, collect, policy_preset
+from compactsim.agents.collect import HttpServers, server_script
+from compactsim.agents.rollout.script import scripted_turns
+from compactsim.harness.core import tokenizer as tok
+from compactsim.harness.core.errors import ContractError
+from compactsim.harness.pipeline.planner import plan_rollout
 
 pytestmark = pytest.mark.filterwarnings("ignore:Using `httpx` with `starlette.testclient`")
 
@@ -102,7 +102,7 @@ def live_model_server() -> Iterator[callable]:
     """Start the mock model server on 127.0.0.1 (free port) in a thread; yields `start(settings) -> url`."""
     import uvicorn
 
-    from mock_servers.model_server import ServerSettings, create_app
+    from compactsim.mock_servers.model_server import ServerSettings, create_app
 
     servers: list[tuple[uvicorn.Server, threading.Thread]] = []
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from agents import InProcessServers, LocalExecutor, RayExecutor, RolloutScript, RolloutSpec, collect, policy_preset
-from agents.collect import server_script
-from agents.rollout.script import scripted_turns
+from compactsim.agents import InProcessServers, LocalExecutor, RayExecutor, RolloutScript, RolloutSpec, collect, policy_preset
+from compactsim.agents.collect import server_script
+from compactsim.agents.rollout.script import scripted_turns
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300),
               pytest.mark.filterwarnings("ignore:Using `httpx` with `starlette.testclient`")]

@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from harness.core.errors import ContractError
-from harness.pipeline.backend import ReferenceBackend
-from harness.replay import replay_directory, replay_targets
-from harness.runner import (
+from compactsim.harness.core.errors import ContractError
+from compactsim.harness.pipeline.backend import ReferenceBackend
+from compactsim.harness.replay import replay_directory, replay_targets
+from compactsim.harness.runner import (
     RunOptions,
     ScenarioRun,
     load_saved_run,

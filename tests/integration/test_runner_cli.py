@@ -9,7 +9,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from harness.cli import app
+from compactsim.harness.cli import app
 
 pytestmark = [pytest.mark.timeout(600), pytest.mark.filterwarnings("ignore::DeprecationWarning")]
 
@@ -106,7 +106,7 @@ def test_replay_of_a_broken_payload_names_the_contract_error(tmp_path: Path):
 
 
 def test_shrink_writes_a_smaller_failing_catalogue_entry(tmp_path: Path):
-    from scenarios.catalogue import load_file
+    from compactsim.scenarios.catalogue import load_file
 
     result = invoke("shrink", "image-compaction-k2-rolling", "--backend", BROKEN, "--out", str(tmp_path), "--json",
                     "--max-examples", "20")

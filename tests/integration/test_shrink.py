@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 from hypothesis import find, settings
 
-from harness.runner import RunOptions, run_scenario
-from harness.shrink import num_calls, reduce_scenario, shrink, shrunk_entry
-from scenarios.catalogue import dump_scenario, parse_scenarios
-from scenarios.model import Scenario
-from scenarios.strategies import scenarios
+from compactsim.harness.runner import RunOptions, run_scenario
+from compactsim.harness.shrink import num_calls, reduce_scenario, shrink, shrunk_entry
+from compactsim.scenarios.catalogue import dump_scenario, parse_scenarios
+from compactsim.scenarios.model import Scenario
+from compactsim.scenarios.strategies import scenarios
 
 pytestmark = [pytest.mark.timeout(600), pytest.mark.filterwarnings("ignore::DeprecationWarning")]
 

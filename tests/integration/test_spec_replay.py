@@ -69,16 +69,16 @@ def test_replay_imports_only_the_standard_library_numpy_and_pillow():
 
 def test_import_check_catches_a_compactsim_import(tmp_path: Path):
     bad = tmp_path / "bad.py"
-    bad.write_text("import json\nfrom harness.core.digests import canonical_digest\n", encoding="utf-8")
-    assert _imported_roots(bad) & FORBIDDEN == {"harness"}
+    bad.write_text("import json\nfrom compactsim.harness.core.digests import canonical_digest\n", encoding="utf-8")
+    assert _imported_roots(bad) & FORBIDDEN == {"compactsim"}
 
 
 @pytest.fixture(scope="module")
 def golden(tmp_path_factory: pytest.TempPathFactory) -> Path:
     torch = pytest.importorskip("torch")
     torch.set_num_threads(1)
-    from harness.golden import export_goldens
-    from harness.runner import resolve_scenarios
+    from compactsim.harness.golden import export_goldens
+    from compactsim.harness.runner import resolve_scenarios
 
     out = tmp_path_factory.mktemp("spec") / "g"
     export_goldens(resolve_scenarios(list(SELECTION)), out, seed=SEED, selection=list(SELECTION))
@@ -100,7 +100,7 @@ def _lines(path: Path) -> list[dict[str, Any]]:
 
 
 def verify(*args: str) -> Any:
-    from harness.cli import app
+    from compactsim.harness.cli import app
 
     return CliRunner().invoke(app, ["verify", *args])
 

@@ -7,7 +7,7 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from harness.cli import app
+from compactsim.harness.cli import app
 
 pytestmark = pytest.mark.filterwarnings("ignore:Using `httpx` with `starlette.testclient`")
 runner = CliRunner()
@@ -30,7 +30,7 @@ def test_train_command_runs_one_step_and_prints_the_summary_as_json(tmp_path):
 
 def test_train_command_prints_one_line_per_step_and_a_table(tmp_path):
     result = runner.invoke(app, ["train", "pr-validation-no-compaction", "--steps", "1", "--out", str(tmp_path),
-                                 "--no-save-rollouts", "--backend", "harness.pipeline:ReferenceBackend"])
+                                 "--no-save-rollouts", "--backend", "compactsim.harness.pipeline:ReferenceBackend"])
     assert result.exit_code == 0, result.output
     assert "step   0  rows   4  loss +0.000000  tmpe-1 " in result.stdout
     assert "optimizer steps / scheduler increments │ 1 / 1" in result.stdout

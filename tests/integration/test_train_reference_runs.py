@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from harness.core import metrics as M
-from harness.core.artifacts import decode_step_artifact
-from harness.train_run import load_run_config, resolve_recipe, run_training
+from compactsim.harness.core import metrics as M
+from compactsim.harness.core.artifacts import decode_step_artifact
+from compactsim.harness.train_run import load_run_config, resolve_recipe, run_training
 
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore:Using `httpx` with `starlette.testclient`")]
 

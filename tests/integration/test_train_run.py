@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 import torch
 
-from harness.core import metrics as M
-from harness.core.artifacts import decode_step_artifact
-from harness.core.errors import ConfigError
-from harness.train_run import load_run_config, resolve_device, run_training
+from compactsim.harness.core import metrics as M
+from compactsim.harness.core.artifacts import decode_step_artifact
+from compactsim.harness.core.errors import ConfigError
+from compactsim.harness.train_run import load_run_config, resolve_device, run_training
 
 pytestmark = pytest.mark.filterwarnings("ignore:Using `httpx` with `starlette.testclient`")
 
@@ -52,7 +52,7 @@ def test_train_run_writes_metrics_timings_artifacts_rollouts_and_summary(tmp_pat
         "group0002-rollout0", "group0002-rollout1", "group0003-rollout0", "group0003-rollout1",
     ]
     config = json.loads((tmp_path / "config.json").read_text())
-    assert config["backend"] == "harness.pipeline.backend:ReferenceBackend"
+    assert config["backend"] == "compactsim.harness.pipeline.backend:ReferenceBackend"
     assert config["trainer"]["policy"]["router_replay_enabled"] is True
 
 

@@ -1,10 +1,10 @@
 """Mutation fuzzing of Gym evidence through plan -> materialize (issue 15, item 2).
 
-Seeds are valid results of every evidence flavour (the reference examples, `scenarios.payloads`
+Seeds are valid results of every evidence flavour (the reference examples, `compactsim.scenarios.payloads`
 in all five shapes, bare and `/run`-wrapped, with routes and with Gym-addressed media). Operators
 edit them the ways the reported failures did (huge integers, bad route envelopes, deep nesting,
 swapped types, removed fields, replaced pixels, re-keyed assets, positive logprobs, stripped token
-fields, and every documented `scenarios.mutations` edit). A case passes when planning and
+fields, and every documented `compactsim.scenarios.mutations` edit). A case passes when planning and
 materialising answer with a valid plan/batch or a `CompactsimError`, and non-strict planning
 returns a plan. Operators draw every choice through a `Chooser`, so the same code serves
 Hypothesis (which shrinks) and the seeded long-run driver (`fuzz_driver`).
@@ -25,14 +25,14 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from harness.core.digests import canonical_digest, generation_evidence_digest
-from harness.core.errors import CompactsimError
-from harness.core.images import png_data_url
-from harness.pipeline.materializer import materialize
-from harness.pipeline.planner import plan_rollout
-from harness.pipeline.train_config import GRPOConfig, TrainerConfig
-from scenarios.mutations import MUTATIONS, MutationNotApplicable
-from scenarios.payloads import Call, build_response, compacted_three_calls, continuing, run_result
+from compactsim.harness.core.digests import canonical_digest, generation_evidence_digest
+from compactsim.harness.core.errors import CompactsimError
+from compactsim.harness.core.images import png_data_url
+from compactsim.harness.pipeline.materializer import materialize
+from compactsim.harness.pipeline.planner import plan_rollout
+from compactsim.harness.pipeline.train_config import GRPOConfig, TrainerConfig
+from compactsim.scenarios.mutations import MUTATIONS, MutationNotApplicable
+from compactsim.scenarios.payloads import Call, build_response, compacted_three_calls, continuing, run_result
 
 Payload = dict[str, Any]
 REPO = Path(__file__).resolve().parents[2]
@@ -368,7 +368,7 @@ def op_strip_token_fields(payload: Payload, ch: Chooser) -> None:
 
 
 def op_scenario_mutation(payload: Payload, ch: Chooser) -> None:
-    """One of the documented `scenarios.mutations` edits, in place."""
+    """One of the documented `compactsim.scenarios.mutations` edits, in place."""
     mutation = pick(ch, MUTATIONS)
     try:
         mutated = mutation.apply(payload)

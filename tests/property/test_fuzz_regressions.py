@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from harness.core.errors import ContractError
-from harness.pipeline.materializer import materialize
-from harness.pipeline.planner import plan_rollout
+from compactsim.harness.core.errors import ContractError
+from compactsim.harness.pipeline.materializer import materialize
+from compactsim.harness.pipeline.planner import plan_rollout
 from tests.property.fuzz_evidence import FUZZ_CONFIG, run_case
 
 FIXTURES = sorted((Path(__file__).resolve().parents[1] / "fixtures" / "fuzz_regressions").glob("*.json"))

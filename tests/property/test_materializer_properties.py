@@ -8,10 +8,10 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from harness.core.trace_plan import TracePlan
-from harness.pipeline.advantages import compute_logical_advantages
-from harness.pipeline.materializer import prepare_trace_batch
-from harness.pipeline.train_config import MaterializeConfig
+from compactsim.harness.core.trace_plan import TracePlan
+from compactsim.harness.pipeline.advantages import compute_logical_advantages
+from compactsim.harness.pipeline.materializer import prepare_trace_batch
+from compactsim.harness.pipeline.train_config import MaterializeConfig
 from tests.unit.pipeline.materializer_builders import make_rollout
 
 torch.set_num_threads(1)

@@ -10,11 +10,11 @@ import os
 
 import pytest
 
-from harness.core import metrics as M
+from compactsim.harness.core import metrics as M
 from hypothesis import HealthCheck, given, settings
 
-from scenarios.mutations import MUTATIONS
-from scenarios.strategies import adversarial_scenarios, scenarios
+from compactsim.scenarios.mutations import MUTATIONS
+from compactsim.scenarios.strategies import adversarial_scenarios, scenarios
 from tests.unit.scenarios.scenario_helpers import expected_plan_json, plan_json, row_differences, run_step
 
 pytestmark = pytest.mark.filterwarnings("ignore:Using `httpx` with `starlette.testclient`")

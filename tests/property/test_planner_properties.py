@@ -9,10 +9,10 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harness.core.errors import ContractError
-from harness.pipeline.planner import plan_rollout
-from scenarios.mutations import MUTATIONS, MutationNotApplicable
-from scenarios.payloads import Call, build_response
+from compactsim.harness.core.errors import ContractError
+from compactsim.harness.pipeline.planner import plan_rollout
+from compactsim.scenarios.mutations import MUTATIONS, MutationNotApplicable
+from compactsim.scenarios.payloads import Call, build_response
 
 MEDIA_POOL = ["screen-a", "screen-b", "screen-c", "chart-1"]
 FLAVOURS = ["transport", "full", "pr2870", "osworld"]

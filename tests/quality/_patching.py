@@ -6,8 +6,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from harness.pipeline import trainer as trainer_module
-from harness.pipeline.loss import LossOutput
+from compactsim.harness.pipeline import trainer as trainer_module
+from compactsim.harness.pipeline.loss import LossOutput
 
 
 @contextmanager
@@ -23,7 +23,7 @@ def loss_replaced(wrap: Callable[[Callable[..., LossOutput]], Callable[..., Loss
 
 def local_counts(kwargs: dict[str, Any]) -> tuple[float, float]:
     """(trained tokens, sequences) of the micro-batch a loss call sees."""
-    from harness.pipeline.loss import valid_counts
+    from compactsim.harness.pipeline.loss import valid_counts
 
     n = valid_counts(kwargs["token_mask"], kwargs["sample_mask"])
     return n.tokens, n.seqs

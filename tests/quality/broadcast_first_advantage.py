@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from harness.core.batch import TraceBatch
-from harness.core.trace_plan import TracePlan
-from harness.pipeline.backend import ReferenceBackend
-from harness.pipeline.train_config import TrainerConfig
+from compactsim.harness.core.batch import TraceBatch
+from compactsim.harness.core.trace_plan import TracePlan
+from compactsim.harness.pipeline.backend import ReferenceBackend
+from compactsim.harness.pipeline.train_config import TrainerConfig
 
 #: The audit finding this bug must provoke, and a catalogue scenario that shows it.
 EXPECTED_CHECK = "row.advantage"

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from harness.core import metrics as M
-from harness.core.batch import TraceBatch
-from harness.pipeline.backend import ReferenceBackend
-from harness.pipeline.train_config import TrainerConfig
-from harness.pipeline.trainer import StepResult, TrainState
+from compactsim.harness.core import metrics as M
+from compactsim.harness.core.batch import TraceBatch
+from compactsim.harness.pipeline.backend import ReferenceBackend
+from compactsim.harness.pipeline.train_config import TrainerConfig
+from compactsim.harness.pipeline.trainer import StepResult, TrainState
 
 EXPECTED_CHECK = "metric.exact"
 SCENARIO = "image-compaction-k2-rolling"

@@ -6,10 +6,10 @@ from dataclasses import replace
 
 import torch
 
-from harness.core.batch import TraceBatch
-from harness.pipeline.backend import ReferenceBackend
-from harness.pipeline.train_config import TrainerConfig
-from harness.pipeline.trainer import StepResult, TrainState
+from compactsim.harness.core.batch import TraceBatch
+from compactsim.harness.pipeline.backend import ReferenceBackend
+from compactsim.harness.pipeline.train_config import TrainerConfig
+from compactsim.harness.pipeline.trainer import StepResult, TrainState
 
 EXPECTED_CHECK = "train.loss"
 SCENARIO = "mask-sample-rollouts"

@@ -12,11 +12,11 @@ from dataclasses import replace
 
 import torch
 
-from harness.core import tokenizer as tok
-from harness.core.batch import TraceBatch
-from harness.core.trace_plan import TracePlan
-from harness.pipeline.backend import ReferenceBackend
-from harness.pipeline.train_config import TrainerConfig
+from compactsim.harness.core import tokenizer as tok
+from compactsim.harness.core.batch import TraceBatch
+from compactsim.harness.core.trace_plan import TracePlan
+from compactsim.harness.pipeline.backend import ReferenceBackend
+from compactsim.harness.pipeline.train_config import TrainerConfig
 
 EXPECTED_CHECK = "row.media"
 SCENARIO = "image-compaction-k2-rolling"

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from harness.core.batch import TraceBatch
-from harness.pipeline.backend import ReferenceBackend
-from harness.pipeline.loss import LossOutput
-from harness.pipeline.train_config import TrainerConfig
-from harness.pipeline.trainer import StepResult, TrainState
+from compactsim.harness.core.batch import TraceBatch
+from compactsim.harness.pipeline.backend import ReferenceBackend
+from compactsim.harness.pipeline.loss import LossOutput
+from compactsim.harness.pipeline.train_config import TrainerConfig
+from compactsim.harness.pipeline.trainer import StepResult, TrainState
 from tests.quality._patching import local_counts, loss_replaced
 
 EXPECTED_CHECK = "train.loss"

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from harness.cli import app
-from harness.runner import RunOptions, resolve_scenarios, run_scenario
+from compactsim.harness.cli import app
+from compactsim.harness.runner import RunOptions, resolve_scenarios, run_scenario
 
 pytestmark = [pytest.mark.timeout(600), pytest.mark.filterwarnings("ignore::DeprecationWarning")]
 

@@ -1,4 +1,4 @@
-"""Architecture lints: import floors (DESIGN §2) and randomness only from harness.core.seeds."""
+"""Architecture lints: import floors (DESIGN §2) and randomness only from compactsim.harness.core.seeds."""
 
 from __future__ import annotations
 
@@ -9,37 +9,42 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
+#: Import package of each repository folder: `harness/` is `compactsim.harness`, and so on.
+PREFIX = "compactsim."
+TOPS = ("harness", "mock_servers", "agents", "scenarios")
 FLOOR = {
-    "harness.core": 1,
-    "harness.pipeline": 2,
-    "mock_servers": 2,
-    "agents": 2,
-    "scenarios": 2,
-    "harness.oracle": 3,
-    "harness.audit": 3,
+    "compactsim.harness.core": 1,
+    "compactsim.harness.pipeline": 2,
+    "compactsim.mock_servers": 2,
+    "compactsim.agents": 2,
+    "compactsim.scenarios": 2,
+    "compactsim.harness.oracle": 3,
+    "compactsim.harness.audit": 3,
 }
 TOP = 4  # runner, cli, commands, report, pytest plugin, gym_check
 #: Same-floor packages that must not see each other (DESIGN §2 rules).
 FORBIDDEN = {
-    "harness.pipeline": ("agents", "scenarios", "mock_servers", "harness.oracle", "harness.audit"),
-    "mock_servers": ("agents", "scenarios"),
-    "harness.oracle": ("harness.pipeline",),
+    "compactsim.harness.pipeline": ("compactsim.agents", "compactsim.scenarios", "compactsim.mock_servers",
+                                    "compactsim.harness.oracle", "compactsim.harness.audit"),
+    "compactsim.mock_servers": ("compactsim.agents", "compactsim.scenarios"),
+    "compactsim.harness.oracle": ("compactsim.harness.pipeline",),
 }
 
 
 def _module_name(path: Path) -> str:
+    """The import name of a source file: `harness/core/seeds.py` is `compactsim.harness.core.seeds`."""
     rel = path.relative_to(REPO).with_suffix("")
     parts = list(rel.parts)
     if parts[-1] == "__init__":
         parts = parts[:-1]
-    return ".".join(parts)
+    return PREFIX + ".".join(parts)
 
 
 def _floor(module: str) -> int | None:
     for prefix, floor in sorted(FLOOR.items(), key=lambda kv: -len(kv[0])):
         if module == prefix or module.startswith(prefix + "."):
             return floor
-    if module == "harness" or module.startswith("harness."):
+    if module == "compactsim.harness" or module.startswith("compactsim.harness."):
         return TOP
     return None
 
@@ -53,7 +58,7 @@ def _package(module: str) -> str | None:
 
 def _sources() -> list[Path]:
     out: list[Path] = []
-    for top in ("harness", "mock_servers", "agents", "scenarios"):
+    for top in TOPS:
         out += sorted((REPO / top).rglob("*.py"))
     return out
 
@@ -105,4 +110,4 @@ def test_randomness_comes_only_from_keyed_generators(path: Path):
         if what == "wall clock" and rel.startswith(_CLOCK_ALLOWED_DIRS):
             continue
         match = pattern.search(text)
-        assert match is None, f"{rel} uses {what}: {match.group(0)!r} (use harness.core.seeds)"
+        assert match is None, f"{rel} uses {what}: {match.group(0)!r} (use compactsim.harness.core.seeds)"

@@ -14,7 +14,8 @@ def _isort_key(name: str) -> tuple[int, str]:
     return kind, name
 
 
-PACKAGES = ["harness", "agents", "scenarios", "harness.audit", "harness.golden", "harness.oracle", "harness.pipeline"]
+PACKAGES = ["compactsim", "compactsim.harness", "compactsim.agents", "compactsim.scenarios", "compactsim.harness.audit",
+            "compactsim.harness.golden", "compactsim.harness.oracle", "compactsim.harness.pipeline"]
 
 
 @pytest.mark.parametrize("name", PACKAGES)
@@ -28,13 +29,13 @@ def test_all_is_sorted_unique_and_every_name_resolves(name):
 
 
 def test_importing_harness_does_not_load_torch():
-    code = "import sys, harness; print('torch' in sys.modules)"
+    code = "import sys, compactsim.harness; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 
 
 def test_unknown_harness_attribute_is_an_attribute_error():
-    import harness
+    from compactsim import harness
 
-    with pytest.raises(AttributeError, match="module 'harness' has no attribute 'nope'"):
+    with pytest.raises(AttributeError, match="module 'compactsim.harness' has no attribute 'nope'"):
         harness.nope  # noqa: B018

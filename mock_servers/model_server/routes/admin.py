@@ -10,10 +10,10 @@ from fastapi import APIRouter, Depends, Request
 from pydantic import ValidationError
 from starlette.responses import Response
 
-from mock_servers.model_server.engine import RequestRejected
-from mock_servers.model_server.routes.deps import get_state
-from mock_servers.model_server.schemas import SeedWeightsRequest
-from mock_servers.model_server.state import ServerState, json_response
+from compactsim.mock_servers.model_server.engine import RequestRejected
+from compactsim.mock_servers.model_server.routes.deps import get_state
+from compactsim.mock_servers.model_server.schemas import SeedWeightsRequest
+from compactsim.mock_servers.model_server.state import ServerState, json_response
 
 router = APIRouter(tags=["admin"])
 

@@ -7,10 +7,10 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Request
 from starlette.responses import Response
 
-from mock_servers.model_server.limits import handle
-from mock_servers.model_server.routes.deps import get_state
-from mock_servers.model_server.schemas import ChatCompletionRequest
-from mock_servers.model_server.state import ServerState
+from compactsim.mock_servers.model_server.limits import handle
+from compactsim.mock_servers.model_server.routes.deps import get_state
+from compactsim.mock_servers.model_server.schemas import ChatCompletionRequest
+from compactsim.mock_servers.model_server.state import ServerState
 
 router = APIRouter(tags=["generation"])
 
@@ -27,7 +27,7 @@ _ERRORS = {
     openapi_extra={"requestBody": {"content": {"application/json": {"schema": ChatCompletionRequest.model_json_schema()}}}},
 )
 async def chat_completions(request: Request, state: Annotated[ServerState, Depends(get_state)]) -> Response:
-    """One non-streaming chat completion; see `mock_servers.model_server.serialize` for the body."""
+    """One non-streaming chat completion; see `compactsim.mock_servers.model_server.serialize` for the body."""
     return await handle(state, "chat", await request.body())
 
 

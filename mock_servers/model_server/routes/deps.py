@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi import Request
 
-from mock_servers.model_server.state import ServerState
+from compactsim.mock_servers.model_server.state import ServerState
 
 
 async def get_state(request: Request) -> ServerState:

@@ -7,10 +7,10 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Request
 from starlette.responses import Response
 
-from mock_servers.model_server.limits import handle
-from mock_servers.model_server.routes.deps import get_state
-from mock_servers.model_server.schemas import TokenizeRequest
-from mock_servers.model_server.state import ServerState
+from compactsim.mock_servers.model_server.limits import handle
+from compactsim.mock_servers.model_server.routes.deps import get_state
+from compactsim.mock_servers.model_server.schemas import TokenizeRequest
+from compactsim.mock_servers.model_server.state import ServerState
 
 router = APIRouter(tags=["tokenize"])
 

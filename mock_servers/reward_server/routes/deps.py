@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi import Request
 
-from mock_servers.reward_server.settings import RewardSettings
+from compactsim.mock_servers.reward_server.settings import RewardSettings
 
 
 def get_settings(request: Request) -> RewardSettings:

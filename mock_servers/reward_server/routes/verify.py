@@ -9,11 +9,11 @@ from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 from starlette.responses import Response
 
-from mock_servers.limits import JsonLimits, LimitExceeded, load_json, run_off_loop
-from mock_servers.reward_server.rewards import choose_reward, final_answer, mask_sample, rollout_identity
-from mock_servers.reward_server.routes.deps import get_settings
-from mock_servers.reward_server.schemas import InstanceConfig, VerifyRequest, VerifyResponse
-from mock_servers.reward_server.settings import RewardSettings
+from compactsim.mock_servers.limits import JsonLimits, LimitExceeded, load_json, run_off_loop
+from compactsim.mock_servers.reward_server.rewards import choose_reward, final_answer, mask_sample, rollout_identity
+from compactsim.mock_servers.reward_server.routes.deps import get_settings
+from compactsim.mock_servers.reward_server.schemas import InstanceConfig, VerifyRequest, VerifyResponse
+from compactsim.mock_servers.reward_server.settings import RewardSettings
 
 router = APIRouter(tags=["rewards"])
 

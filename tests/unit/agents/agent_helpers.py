@@ -5,12 +5,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from agents.compaction.config import ContextHistoryConfig
-from agents.items import function_call_output, input_text, user_message
-from agents.rollout.record import ModelCallLog, RolloutRecord, record_from_session
-from agents.rollout.script import RolloutScript, RolloutSpec, SamplingConfig, TurnScript
-from agents.rollout.session import CompactionSession, build_generation_contract
-from harness.core import chat_template as ct
+from compactsim.agents.compaction.config import ContextHistoryConfig
+from compactsim.agents.items import function_call_output, input_text, user_message
+from compactsim.agents.rollout.record import ModelCallLog, RolloutRecord, record_from_session
+from compactsim.agents.rollout.script import RolloutScript, RolloutSpec, SamplingConfig, TurnScript
+from compactsim.agents.rollout.session import CompactionSession, build_generation_contract
+from compactsim.harness.core import chat_template as ct
 
 #: The §8 example's policy and task item (gym-contract.md §8).
 REFERENCE_HISTORY = {"enabled": True, "policy": {"type": "recency", "config": {"reasoning": {"enabled": True, "keep_last_blocks": 1}}}}
@@ -92,8 +92,8 @@ def drive_session(history: ContextHistoryConfig, script: RolloutScript, *, seed:
 def make_spec(preset: str = "recency-images-k2", *, turns: int = 6, flavour: str = "gym-0.7.0-transport",
               seed: int = 0, rollout_id: str = "rollout-0", rollout_index: int = 0, **script_kwargs: Any) -> RolloutSpec:
     """A scripted GUI rollout spec with a named compaction preset."""
-    from agents.compaction.presets import policy_preset
-    from agents.rollout.script import scripted_turns
+    from compactsim.agents.compaction.presets import policy_preset
+    from compactsim.agents.rollout.script import scripted_turns
 
     return RolloutSpec(
         rollout_id=rollout_id, group_id="group-0", task_id="task-0", rollout_index=rollout_index, seed=seed,

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from agents.rollout.record import RolloutRecord
-from agents.rollout.script import RolloutSpec
-from agents.rollout.session import CompactionSession
+from compactsim.agents.rollout.record import RolloutRecord
+from compactsim.agents.rollout.script import RolloutSpec
+from compactsim.agents.rollout.session import CompactionSession
 from tests.unit.agents.agent_helpers import drive_session, make_spec, model_answer, reference_record as _reference
 
 
@@ -46,8 +46,8 @@ def mock_model() -> Iterator[Callable[..., Any]]:
     """`mock_model(specs, **settings)` → an in-process TestClient serving the specs' scripts."""
     from fastapi.testclient import TestClient
 
-    from agents.collect import server_script
-    from mock_servers.model_server import ServerSettings, create_app
+    from compactsim.agents.collect import server_script
+    from compactsim.mock_servers.model_server import ServerSettings, create_app
 
     def open_client(specs: Sequence[RolloutSpec], **settings: Any) -> TestClient:
         data = {"seed": specs[0].seed if specs else 0, "script": server_script(specs), **settings}
@@ -59,7 +59,7 @@ def mock_model() -> Iterator[Callable[..., Any]]:
 @pytest.fixture
 def run_agent(mock_model) -> Callable[..., RolloutRecord]:
     """`run_agent(spec, retry=None, **server_settings)` → the record of one rollout against the mock server."""
-    from agents.rollout.loop import RetryPolicy, ScriptedAgent
+    from compactsim.agents.rollout.loop import RetryPolicy, ScriptedAgent
 
     def run(spec: RolloutSpec, *, retry: RetryPolicy | None = None, **settings: Any) -> RolloutRecord:
         with mock_model([spec], **settings) as client:

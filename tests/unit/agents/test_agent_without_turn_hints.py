@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from agents.rollout.loop import RetryPolicy, ScriptedAgent
-from agents.compaction.presets import PRESETS
+from compactsim.agents.rollout.loop import RetryPolicy, ScriptedAgent
+from compactsim.agents.compaction.presets import PRESETS
 
 
 def _evidence(record) -> list[tuple]:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from agents.compaction.config import CompactionScheduleConfig, ContextGuardConfig, ContextHistoryConfig, HistoryPolicyConfig
-from agents.compaction.policies import build_policy
-from harness.core.digests import stable_id
+from compactsim.agents.compaction.config import CompactionScheduleConfig, ContextGuardConfig, ContextHistoryConfig, HistoryPolicyConfig
+from compactsim.agents.compaction.policies import build_policy
+from compactsim.harness.core.digests import stable_id
 
 
 def _error(fn, *args, **kwargs) -> str:
@@ -75,7 +75,7 @@ def test_compaction_policy_id_matches_the_reference_example(example_transport):
 
 
 def test_disabled_history_cannot_start_a_session():
-    from agents.rollout.session import CompactionSession, build_generation_contract
+    from compactsim.agents.rollout.session import CompactionSession, build_generation_contract
 
     history = ContextHistoryConfig(enabled=False)
     contract = build_generation_contract(sampling_config={}, model_server={}, context_history=history)
@@ -84,7 +84,7 @@ def test_disabled_history_cannot_start_a_session():
 
 
 def test_dumped_configs_validate_again():
-    from agents.compaction.presets import PRESETS, policy_preset
+    from compactsim.agents.compaction.presets import PRESETS, policy_preset
 
     for name in PRESETS:
         config = policy_preset(name)

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from agents.compaction.config import ContextHistoryConfig
-from agents.compaction.presets import PRESETS, policy_preset
-from agents.rollout.script import ImageSpec, RolloutScript, scripted_turns
-from harness.core import chat_template as ct
-from harness.core.digests import canonical_digest
+from compactsim.agents.compaction.config import ContextHistoryConfig
+from compactsim.agents.compaction.presets import PRESETS, policy_preset
+from compactsim.agents.rollout.script import ImageSpec, RolloutScript, scripted_turns
+from compactsim.harness.core import chat_template as ct
+from compactsim.harness.core.digests import canonical_digest
 
 
 def _script(turns: int = 6, **kwargs) -> RolloutScript:

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from agents.evidence import emit_response, emit_result
-from agents.rollout.ground_truth import ground_truth_log
-from agents.rollout.record import RolloutFailure
-from harness.core.contract import GymResponse, RunResult
-from harness.core.digests import generation_evidence_digest
-from harness.core.errors import ContractError
-from harness.pipeline.planner import plan_rollout
+from compactsim.agents.evidence import emit_response, emit_result
+from compactsim.agents.rollout.ground_truth import ground_truth_log
+from compactsim.agents.rollout.record import RolloutFailure
+from compactsim.harness.core.contract import GymResponse, RunResult
+from compactsim.harness.core.digests import generation_evidence_digest
+from compactsim.harness.core.errors import ContractError
+from compactsim.harness.pipeline.planner import plan_rollout
 from tests.unit.agents.agent_helpers import make_spec
 
 CONTRACT_FLAVOURS = ("gym-0.7.0-transport", "gym-0.7.0-full", "gym-pr2870", "osworld")
@@ -25,9 +25,9 @@ def k2_record(request):
     """A 6-call recency-images-k2 rollout (boundaries at 4, 5, 6) recorded against the mock server."""
     from fastapi.testclient import TestClient
 
-    from agents.collect import server_script
-    from agents.rollout.loop import ScriptedAgent
-    from mock_servers.model_server import ServerSettings, create_app
+    from compactsim.agents.collect import server_script
+    from compactsim.agents.rollout.loop import ScriptedAgent
+    from compactsim.mock_servers.model_server import ServerSettings, create_app
 
 
     spec = make_spec("recency-images-k2")

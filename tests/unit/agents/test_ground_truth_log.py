@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 
-from agents.rollout.ground_truth import FORMAT, VERSION, ground_truth_log
-from agents.media.arena import media_id_for
-from harness.core import tokenizer as tok
+from compactsim.agents.rollout.ground_truth import FORMAT, VERSION, ground_truth_log
+from compactsim.agents.media.arena import media_id_for
+from compactsim.harness.core import tokenizer as tok
 
 
 def test_log_has_the_documented_top_level_shape(run_agent, spec_for):
@@ -108,7 +108,7 @@ def test_same_seed_gives_byte_identical_logs(run_agent, spec_for):
 def test_logs_validate_against_the_published_schema(run_agent, spec_for):
     import jsonschema
 
-    from agents.rollout.ground_truth import GROUND_TRUTH_SCHEMA
+    from compactsim.agents.rollout.ground_truth import GROUND_TRUTH_SCHEMA
 
     jsonschema.Draft202012Validator.check_schema(GROUND_TRUTH_SCHEMA)
     for record in (run_agent(spec_for("summary-at3", turns=4)),

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from agents.evidence.live import (
+from compactsim.agents.evidence.live import (
     emit_live_script,
     gym_input_items,
     gym_observation_item,
@@ -16,9 +16,9 @@ from agents.evidence.live import (
     live_record,
     sampling_config,
 )
-from agents.rollout.session import EvidenceViolation
-from harness.core.errors import ConfigError
-from harness.gym_check.live import (
+from compactsim.agents.rollout.session import EvidenceViolation
+from compactsim.harness.core.errors import ConfigError
+from compactsim.harness.gym_check.live import (
     DEFAULT_EMITTER_HOOK,
     compare_payloads,
     image_recency_k2,

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from agents.evidence import emit_full, emit_pr2870, emit_transport
-from agents.rollout.session import EvidenceViolation, capture_observed_completion
-from harness.core.digests import generation_evidence_digest, stable_id
+from compactsim.agents.evidence import emit_full, emit_pr2870, emit_transport
+from compactsim.agents.rollout.session import EvidenceViolation, capture_observed_completion
+from compactsim.harness.core.digests import generation_evidence_digest, stable_id
 
 
 def _without(doc: dict[str, Any], *keys: str) -> dict[str, Any]:

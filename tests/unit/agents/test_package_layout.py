@@ -13,17 +13,17 @@ RANK = {"items": 0, "media": 0, "compaction": 1, "rollout": 2, "evidence": 3, "c
 
 
 def _unit(module: str) -> str:
-    return module.split(".")[1]
+    return module.split(".")[2]
 
 
 def _agents_imports(path: Path) -> list[str]:
     tree = ast.parse(path.read_text(encoding="utf-8"))
     out: list[str] = []
     for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0 and node.module.startswith("agents."):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0 and node.module.startswith("compactsim.agents."):
             out.append(node.module)
         elif isinstance(node, ast.Import):
-            out += [a.name for a in node.names if a.name.startswith("agents.")]
+            out += [a.name for a in node.names if a.name.startswith("compactsim.agents.")]
     return out
 
 

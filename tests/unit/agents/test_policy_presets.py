@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from agents.compaction.presets import PRESETS, policy_preset
-from harness.core.errors import ConfigError
+from compactsim.agents.compaction.presets import PRESETS, policy_preset
+from compactsim.harness.core.errors import ConfigError
 
 
 def test_recency_images_preset_expands_to_gym_config():

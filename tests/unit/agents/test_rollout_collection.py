@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from agents.collect import InProcessServers, LocalExecutor, collect, make_executor, run_rollout, server_script
-from harness.core.contract import RunResult
+from compactsim.agents.collect import InProcessServers, LocalExecutor, collect, make_executor, run_rollout, server_script
+from compactsim.harness.core.contract import RunResult
 
 
 def _servers(specs, **model):

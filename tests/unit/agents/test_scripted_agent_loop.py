@@ -5,8 +5,8 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from agents.rollout.loop import RetryPolicy, ScriptedAgent, post_json
-from agents.rollout.script import RolloutScript, ToolCallSpec, TurnScript
+from compactsim.agents.rollout.loop import RetryPolicy, ScriptedAgent, post_json
+from compactsim.agents.rollout.script import RolloutScript, ToolCallSpec, TurnScript
 
 
 def test_rollout_stops_after_the_turn_without_a_tool_call(run_agent, spec_for):

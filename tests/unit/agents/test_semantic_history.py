@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from agents.compaction.history import SemanticHistory, semantic_part_digest, view_digest
-from agents.items import function_call_output, input_image, input_text, strip_completion_evidence, user_message
-from harness.core.digests import canonical_digest
+from compactsim.agents.compaction.history import SemanticHistory, semantic_part_digest, view_digest
+from compactsim.agents.items import function_call_output, input_image, input_text, strip_completion_evidence, user_message
+from compactsim.harness.core.digests import canonical_digest
 
 PNG_1X1 = "data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAIAAACQd1PeAAAADElEQVR4nGP4z8AAAAMBAQDJ/pLvAAAAAElFTkSuQmCC"
 

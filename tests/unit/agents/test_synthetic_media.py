@@ -8,9 +8,9 @@ import io
 import pytest
 from PIL import Image
 
-from agents.media.images import ImageRecipe, png_data_url, render_png
-from agents.media.arena import MediaArena, media_id_for, png_source_metadata
-from agents.rollout.script import ImageSpec, scripted_turns
+from compactsim.agents.media.images import ImageRecipe, png_data_url, render_png
+from compactsim.agents.media.arena import MediaArena, media_id_for, png_source_metadata
+from compactsim.agents.rollout.script import ImageSpec, scripted_turns
 
 
 def _pixels(png: bytes) -> list[tuple[int, int, int]]:

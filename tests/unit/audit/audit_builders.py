@@ -15,10 +15,10 @@ from typing import Any
 
 import numpy as np
 
-from harness.audit import ObservedRun, observed_from_artifact, rgb_pixel_digest
-from harness.core import metrics as M
-from harness.core.artifacts import StepArtifact
-from harness.core.expectations import (
+from compactsim.harness.audit import ObservedRun, observed_from_artifact, rgb_pixel_digest
+from compactsim.harness.core import metrics as M
+from compactsim.harness.core.artifacts import StepArtifact
+from compactsim.harness.core.expectations import (
     ExpectedError,
     ExpectedRollout,
     ExpectedRow,

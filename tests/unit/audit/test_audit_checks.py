@@ -7,10 +7,10 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from harness.audit import CHECKS, Finding, ObservedError, ObservedRun, audit_run, observed_from_artifact
-from harness.audit.checks import Tolerances
-from harness.core import metrics as M
-from harness.core.expectations import ExpectedError
+from compactsim.harness.audit import CHECKS, Finding, ObservedError, ObservedRun, audit_run, observed_from_artifact
+from compactsim.harness.audit.checks import Tolerances
+from compactsim.harness.core import metrics as M
+from compactsim.harness.core.expectations import ExpectedError
 from tests.unit.audit.audit_builders import (
     ADV,
     DIGEST,
@@ -266,7 +266,7 @@ def test_run_level_expectation_is_evaluated_once_over_all_steps():
     assert audit(a0, a1).findings == ()
     exp = expectation(2)
     drifted = tuple(replace(s, metric_expectations=()) for s in exp.steps)
-    from harness.core.expectations import MetricExpectation
+    from compactsim.harness.core.expectations import MetricExpectation
 
     drifted = (replace(drifted[0], metric_expectations=(
         MetricExpectation(M.TOKEN_MULT_PROB_ERROR, "max", value=0.5, aggregate="mean"),)),) + drifted[1:]
@@ -356,7 +356,7 @@ def _with_run_expectations(steps: int, *exps):
 
 
 def test_all_aggregate_reports_the_first_failing_step():
-    from harness.core.expectations import MetricExpectation
+    from compactsim.harness.core.expectations import MetricExpectation
 
     a0 = artifact(0)
     a1 = with_metrics(artifact(1), {M.GRAD_NORM: 0.0})
@@ -368,7 +368,7 @@ def test_all_aggregate_reports_the_first_failing_step():
 
 
 def test_mean_and_any_aggregates_check_the_series():
-    from harness.core.expectations import MetricExpectation
+    from compactsim.harness.core.expectations import MetricExpectation
 
     a0 = with_metrics(artifact(0), {M.GRAD_NORM: 1.0})
     a1 = with_metrics(artifact(1), {M.GRAD_NORM: 3.0})
@@ -382,7 +382,7 @@ def test_mean_and_any_aggregates_check_the_series():
 
 
 def test_run_expectation_on_an_unreported_metric_is_missing():
-    from harness.core.expectations import MetricExpectation
+    from compactsim.harness.core.expectations import MetricExpectation
 
     exp = _with_run_expectations(1, MetricExpectation("loss/pg", "max", value=1.0, aggregate="mean"))
     f = only(audit_run(exp, run_of(artifact())).findings)

@@ -14,4 +14,4 @@ def test_audit_never_imports_the_pipeline():
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
                 [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
             for name in names:
-                assert not name.startswith("harness.pipeline"), f"{path.name} imports {name}"
+                assert not name.startswith("compactsim.harness.pipeline"), f"{path.name} imports {name}"

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from harness.audit import rgb_pixel_digest
-from harness.core.artifacts import pixel_digest
+from compactsim.harness.audit import rgb_pixel_digest
+from compactsim.harness.core.artifacts import pixel_digest
 
 #: (3, H=2, W=2) floats: in range, on a rounding edge, and out of range (clipped).
 FLOATS = np.array(

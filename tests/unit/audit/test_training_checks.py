@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import torch
 
-from harness.audit.checks import Reporter, Tolerances
-from harness.audit.training_checks import check_counts_measured, check_step_quantities, check_update
-from harness.core.expectations import ExpectedTrainingStep
-from harness.core.training_state import MeasuredStep, TrainingSnapshot
+from compactsim.harness.audit.checks import Reporter, Tolerances
+from compactsim.harness.audit.training_checks import check_counts_measured, check_step_quantities, check_update
+from compactsim.harness.core.expectations import ExpectedTrainingStep
+from compactsim.harness.core.training_state import MeasuredStep, TrainingSnapshot
 
 REPORT = Reporter("s", 0, "compactsim run s --seed 0")
 BEFORE = {"w": torch.zeros(2, 2, dtype=torch.float64), "b": torch.zeros(3, dtype=torch.float64)}

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from harness.cli import app
-from harness.core.json_input import MAX_BYTES_ENV, MAX_DEPTH, MAX_INT_DIGITS, limits_help
+from compactsim.harness.cli import app
+from compactsim.harness.core.json_input import MAX_BYTES_ENV, MAX_DEPTH, MAX_INT_DIGITS, limits_help
 
 runner = CliRunner()
 

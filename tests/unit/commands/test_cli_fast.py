@@ -9,8 +9,8 @@ import sys
 import pytest
 from typer.testing import CliRunner
 
-from harness.cli import app
-from harness.commands.selection import did_you_mean, suggestions
+from compactsim.harness.cli import app
+from compactsim.harness.commands.selection import did_you_mean, suggestions
 
 runner = CliRunner()
 HEAVY = ("torch", "ray", "fastapi", "matplotlib")
@@ -18,7 +18,7 @@ HEAVY = ("torch", "ray", "fastapi", "matplotlib")
 _PROBE = """
 import json, sys
 from typer.testing import CliRunner
-from harness.cli import app
+from compactsim.harness.cli import app
 result = CliRunner().invoke(app, {argv!r})
 print(json.dumps({{"exit_code": result.exit_code, "loaded": [m for m in {heavy!r} if m in sys.modules]}}))
 """
@@ -38,7 +38,7 @@ def test_light_commands_load_no_heavy_module(argv: list[str]):
 
 
 def test_importing_the_cli_loads_no_heavy_module():
-    code = f"import sys, harness.cli; print([m for m in {HEAVY!r} if m in sys.modules])"
+    code = f"import sys, compactsim.harness.cli; print([m for m in {HEAVY!r} if m in sys.modules])"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
     assert out.stdout.strip() == "[]"
 
@@ -49,17 +49,17 @@ def test_catalogue_commands_load_no_heavy_module(argv: list[str]):
 
 
 def test_loss_config_and_server_settings_import_without_torch_or_fastapi():
-    code = ("import sys; from harness.pipeline.loss import LossConfig, METRIC_KEYS; "
-            "from mock_servers.model_server import ServerSettings, FaultSpec; LossConfig(); "
+    code = ("import sys; from compactsim.harness.pipeline.loss import LossConfig, METRIC_KEYS; "
+            "from compactsim.mock_servers.model_server import ServerSettings, FaultSpec; LossConfig(); "
             f"print([m for m in {HEAVY!r} if m in sys.modules])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
     assert out.stdout.strip() == "[]"
 
 
 def test_lazy_names_still_resolve():
-    import mock_servers.model_server as model_server
-    from harness.pipeline import loss
-    from mock_servers.model_server.app import create_app
+    import compactsim.mock_servers.model_server as model_server
+    from compactsim.harness.pipeline import loss
+    from compactsim.mock_servers.model_server.app import create_app
 
     assert model_server.create_app is create_app
     assert set(model_server.__all__) <= set(dir(model_server)) | {"create_app"}
@@ -69,8 +69,8 @@ def test_lazy_names_still_resolve():
 
 
 def test_catalogue_suggests_typos_of_names_and_tags():
-    from harness.core.errors import ConfigError
-    from scenarios.catalogue import close_names, default_catalogue
+    from compactsim.harness.core.errors import ConfigError
+    from compactsim.scenarios.catalogue import close_names, default_catalogue
 
     catalogue = default_catalogue()
     assert close_names("imgae-compaction-k2-rolling", catalogue.names)[0] == "image-compaction-k2-rolling"
@@ -124,7 +124,7 @@ def test_missing_yaml_path_is_file_not_found(command: str, tmp_path):
 
 
 def test_gym_check_cache_env_name_matches_the_venv_module():
-    from harness.commands.gym_check import CACHE_ENV
-    from harness.gym_check.venv import CACHE_ENV as REAL
+    from compactsim.harness.commands.gym_check import CACHE_ENV
+    from compactsim.harness.gym_check.venv import CACHE_ENV as REAL
 
     assert CACHE_ENV == REAL

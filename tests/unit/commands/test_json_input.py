@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.core.json_input import (
+from compactsim.harness.core.json_input import (
     InputError,
     json_path_at,
     load_json,
@@ -17,7 +17,7 @@ from harness.core.json_input import (
     parse_json_documents,
     parse_yaml,
 )
-from harness.golden.rows_dump import RowsDumpError
+from compactsim.harness.golden.rows_dump import RowsDumpError
 
 
 def _err(fn, *args, **kw) -> InputError:

@@ -7,9 +7,9 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from harness.cli import app
-from harness.core import metrics as M
-from scenarios.payloads import Call, build_response, continuing, run_result
+from compactsim.harness.cli import app
+from compactsim.harness.core import metrics as M
+from compactsim.scenarios.payloads import Call, build_response, continuing, run_result
 from tests.conftest import EXAMPLES
 
 runner = CliRunner()

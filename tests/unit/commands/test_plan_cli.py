@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from harness.cli import app
-from scenarios.mutations import MUTATIONS
-from scenarios.payloads import compacted_three_calls, run_result
+from compactsim.harness.cli import app
+from compactsim.scenarios.mutations import MUTATIONS
+from compactsim.scenarios.payloads import compacted_three_calls, run_result
 from tests.conftest import EXAMPLES
 
 runner = CliRunner()

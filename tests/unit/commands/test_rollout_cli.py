@@ -7,7 +7,7 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from harness.cli import app
+from compactsim.harness.cli import app
 
 pytestmark = pytest.mark.filterwarnings("ignore:Using `httpx` with `starlette.testclient`")
 
@@ -70,7 +70,7 @@ def _written(out, rid: str) -> tuple[dict, dict]:
 
 
 def test_rollout_scenario_writes_one_step_whose_results_plan_to_the_ground_truth_segments(tmp_path):
-    from harness.pipeline.planner import plan_rollout
+    from compactsim.harness.pipeline.planner import plan_rollout
 
     result = CliRunner().invoke(app, ["rollout", "--scenario", "image-compaction-k2-rolling", "--seed", "3",
                                       "--out", str(tmp_path), "--json"])
@@ -93,8 +93,8 @@ def test_rollout_scenario_writes_one_step_whose_results_plan_to_the_ground_truth
 
 
 def test_rollout_scenario_step_collects_what_the_scenario_collects_at_that_step(tmp_path):
-    from scenarios.catalogue import get_scenario
-    from scenarios.execute import collect_step
+    from compactsim.scenarios.catalogue import get_scenario
+    from compactsim.scenarios.execute import collect_step
 
     result = CliRunner().invoke(app, ["rollout", "--scenario", "scripted-three-steps", "--step", "2",
                                       "--out", str(tmp_path), "--workers", "1"])

@@ -7,8 +7,8 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from harness.cli import app
-from harness.report.markdown import STEP_SUMMARY_ENV
+from compactsim.harness.cli import app
+from compactsim.harness.report.markdown import STEP_SUMMARY_ENV
 
 runner = CliRunner()
 

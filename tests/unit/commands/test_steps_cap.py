@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from harness.core.errors import ConfigError
-from harness.runner import RunOptions, prepare_scenario, run_scenario
-from scenarios.catalogue import default_catalogue
-from scenarios.metric_expectations import (
+from compactsim.harness.core.errors import ConfigError
+from compactsim.harness.runner import RunOptions, prepare_scenario, run_scenario
+from compactsim.scenarios.catalogue import default_catalogue
+from compactsim.scenarios.metric_expectations import (
     STEP_COUNT_METRICS,
     evaluate,
     is_step_count,

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from harness.cli import app
+from compactsim.harness.cli import app
 
 runner = CliRunner()
 

@@ -6,10 +6,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from harness.core import chat_template as ct
-from harness.core import tokenizer as tok
-from harness.core.digests import canonical_digest
-from harness.core.errors import ConfigError
+from compactsim.harness.core import chat_template as ct
+from compactsim.harness.core import tokenizer as tok
+from compactsim.harness.core.digests import canonical_digest
+from compactsim.harness.core.errors import ConfigError
 
 T = tok.encode_text
 URL = "data:image/png;base64,AAAA"

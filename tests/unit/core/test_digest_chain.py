@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harness.core.digests import EvidenceDigestChain, generation_evidence_digest
-from harness.core.errors import ContractError
+from compactsim.harness.core.digests import EvidenceDigestChain, generation_evidence_digest
+from compactsim.harness.core.errors import ContractError
 
 _ids = st.lists(st.integers(min_value=0, max_value=2**31 - 1), max_size=12)
 _lps = st.lists(st.one_of(st.floats(allow_nan=False, allow_infinity=False), st.integers(-(2**53), 2**53)), max_size=6)

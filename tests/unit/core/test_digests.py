@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 
-from harness.core.digests import (
+from compactsim.harness.core.digests import (
     canonical_digest,
     canonical_json,
     generation_evidence_digest,

@@ -6,7 +6,7 @@ import pickle
 
 import pytest
 
-from harness.core.errors import CONTRACT_CODES, CompactsimError, ConfigError, ContractError
+from compactsim.harness.core.errors import CONTRACT_CODES, CompactsimError, ConfigError, ContractError
 
 
 def test_contract_error_message_names_code_rollout_and_turn():

@@ -7,9 +7,9 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from harness.core.contract import FLOAT_EXACT_INT, INT32_LIMIT, MediaAssetModel, RunResult, TokenFields
-from harness.core.digests import MAX_DIGEST_DEPTH, canonical_digest, generation_evidence_digest, nesting_depth
-from harness.core.errors import CONTRACT_CODES, ContractError
+from compactsim.harness.core.contract import FLOAT_EXACT_INT, INT32_LIMIT, MediaAssetModel, RunResult, TokenFields
+from compactsim.harness.core.digests import MAX_DIGEST_DEPTH, canonical_digest, generation_evidence_digest, nesting_depth
+from compactsim.harness.core.errors import CONTRACT_CODES, ContractError
 
 NEW_CODES = {
     "logprob_out_of_range",

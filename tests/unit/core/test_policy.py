@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness.core import tokenizer as tok
-from harness.core.errors import ConfigError
-from harness.core.policy import PolicyConfig, TinyPolicy, configure_determinism
+from compactsim.harness.core import tokenizer as tok
+from compactsim.harness.core.errors import ConfigError
+from compactsim.harness.core.policy import PolicyConfig, TinyPolicy, configure_determinism
 
 IDS = [tok.BOS, tok.TURN_START, tok.ROLE_USER, *tok.encode_text("look"), *[tok.IMAGE] * 4, tok.TURN_END,
        tok.TURN_START, tok.ROLE_ASSISTANT, *tok.encode_text("ok")]

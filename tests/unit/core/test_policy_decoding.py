@@ -13,8 +13,8 @@ import random
 import pytest
 import torch
 
-from harness.core import tokenizer as tok
-from harness.core.policy import PolicyConfig, TinyPolicy, _positions, _rowwise_positions, _sinusoid, configure_determinism
+from compactsim.harness.core import tokenizer as tok
+from compactsim.harness.core.policy import PolicyConfig, TinyPolicy, _positions, _rowwise_positions, _sinusoid, configure_determinism
 
 
 def _reference(model: TinyPolicy, ids: list[int], images: list[torch.Tensor], past, offset: int):

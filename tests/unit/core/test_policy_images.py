@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from harness.core.errors import ContractError
-from harness.core.images import decode_data_url, png_data_url
+from compactsim.harness.core.errors import ContractError
+from compactsim.harness.core.images import decode_data_url, png_data_url
 
 RED_1X1 = "data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAIAAACQd1PeAAAADElEQVR4nGP4z8AAAAMBAQDJ/pLvAAAAAElFTkSuQmCC"
 

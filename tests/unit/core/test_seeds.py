@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from harness.core.errors import ConfigError
-from harness.core.seeds import check_seed, derive_int, rng, torch_generator, uniform01
+from compactsim.harness.core.errors import ConfigError
+from compactsim.harness.core.seeds import check_seed, derive_int, rng, torch_generator, uniform01
 
 
 def test_same_key_draws_the_same_stream():

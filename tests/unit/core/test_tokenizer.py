@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from harness.core import tokenizer as tok
-from harness.core.errors import ConfigError
+from compactsim.harness.core import tokenizer as tok
+from compactsim.harness.core.errors import ConfigError
 
 _TEXT = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=40)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from harness.core.expectations import (
+from compactsim.harness.core.expectations import (
     ExpectedError,
     ExpectedRollout,
     ExpectedRow,
@@ -14,8 +14,8 @@ from harness.core.expectations import (
     MetricExpectation,
     ScenarioExpectation,
 )
-from harness.golden.codec import TrainerSettings, step_row_lines
-from harness.golden.reader import GoldenScenario
+from compactsim.harness.golden.codec import TrainerSettings, step_row_lines
+from compactsim.harness.golden.reader import GoldenScenario
 
 DIGEST_A = "a" * 64
 DIGEST_B = "b" * 64

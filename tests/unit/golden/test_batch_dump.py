@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from harness.golden.batch_dump import batch_dump_lines
-from harness.golden.rows_dump import format_dump, parse_rows_dump
-from harness.golden.schema import validator
-from harness.pipeline import ReferenceBackend
-from harness.pipeline.train_config import parse_trainer_config
+from compactsim.harness.golden.batch_dump import batch_dump_lines
+from compactsim.harness.golden.rows_dump import format_dump, parse_rows_dump
+from compactsim.harness.golden.schema import validator
+from compactsim.harness.pipeline import ReferenceBackend
+from compactsim.harness.pipeline.train_config import parse_trainer_config
 
 PIXELS = "7fa54a42524916a1648ec76ce75d295024840b7a3a4f4bbaf3e43155d0014767"
 MEDIA = "media-e5214ee50da1954c70348ac5"

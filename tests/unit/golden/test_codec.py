@@ -7,9 +7,9 @@ from dataclasses import asdict
 
 import pytest
 
-from harness.audit import Tolerances
-from harness.core.errors import ConfigError
-from harness.golden.codec import (
+from compactsim.harness.audit import Tolerances
+from compactsim.harness.core.errors import ConfigError
+from compactsim.harness.golden.codec import (
     PayloadGroup,
     TrainerSettings,
     expectation_document,
@@ -22,7 +22,7 @@ from harness.golden.codec import (
     rows_file,
     step_row_lines,
 )
-from harness.golden.schema import validator
+from compactsim.harness.golden.schema import validator
 from tests.unit.golden.golden_builders import DIGEST_A, DIGEST_B, expectation, refused_expectation, rows, trainer
 
 TOLERANCES = Tolerances.for_dtype("float32").rows_and_metrics()

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from harness.runner import RunOptions, resolve_scenarios, run_scenario, suite_record, write_outputs
+from compactsim.harness.runner import RunOptions, resolve_scenarios, run_scenario, suite_record, write_outputs
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.filterwarnings("ignore::DeprecationWarning")]
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.core.errors import ConfigError
-from harness.golden.export import write_golden
-from harness.golden.manifest import (
+from compactsim.harness.core.errors import ConfigError
+from compactsim.harness.golden.export import write_golden
+from compactsim.harness.golden.manifest import (
     FORMAT_VERSION,
     MANIFEST,
     Manifest,
@@ -19,7 +19,7 @@ from harness.golden.manifest import (
     file_schema,
     read_manifest,
 )
-from harness.golden.schema import validator
+from compactsim.harness.golden.schema import validator
 
 ABC_SHA256 = "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
 

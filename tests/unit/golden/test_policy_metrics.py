@@ -10,14 +10,14 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from harness.core.expectations import MetricExpectation, ScenarioExpectation
-from harness.golden.codec import expectation_document, json_document, json_lines, step_row_lines
-from harness.golden.export import POLICY_METRICS, policy_metrics, write_golden
-from harness.golden.manifest import ScenarioEntry, build_manifest
-from harness.golden.reader import Golden
-from harness.golden.rows_dump import format_dump, parse_metrics_dump, parse_rows_dump
-from harness.golden.schema import validator
-from harness.golden.verify import verify_dump, without_policy_metrics
+from compactsim.harness.core.expectations import MetricExpectation, ScenarioExpectation
+from compactsim.harness.golden.codec import expectation_document, json_document, json_lines, step_row_lines
+from compactsim.harness.golden.export import POLICY_METRICS, policy_metrics, write_golden
+from compactsim.harness.golden.manifest import ScenarioEntry, build_manifest
+from compactsim.harness.golden.reader import Golden
+from compactsim.harness.golden.rows_dump import format_dump, parse_metrics_dump, parse_rows_dump
+from compactsim.harness.golden.schema import validator
+from compactsim.harness.golden.verify import verify_dump, without_policy_metrics
 from tests.unit.golden.golden_builders import dump_lines, expectation, golden_scenario, trainer
 
 TMPE = "token_mult_prob_error"
@@ -65,7 +65,7 @@ def test_policy_metrics_names_each_checked_policy_metric_once_sorted():
 
 
 def test_policy_metrics_cover_the_loss_metrics_that_need_a_forward_pass():
-    loss = pytest.importorskip("harness.pipeline.loss")
+    loss = pytest.importorskip("compactsim.harness.pipeline.loss")
     # num_valid_samples counts sample_mask: a trainer computes it from the rows alone
     assert set(loss.METRIC_KEYS) - POLICY_METRICS == {"num_valid_samples"}
     assert POLICY_METRICS - set(loss.METRIC_KEYS) == {"grad_norm"}
@@ -152,7 +152,7 @@ def _write_golden_dir(out: Path) -> None:
 
 
 def test_verify_command_flag(tmp_path: Path):
-    from harness.cli import app
+    from compactsim.harness.cli import app
 
     _write_golden_dir(tmp_path / "g")
     (tmp_path / "rows.jsonl").write_text(format_dump(dump_lines(policy_expectation())), encoding="utf-8")

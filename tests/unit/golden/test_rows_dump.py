@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from harness.core.errors import ConfigError
-from harness.golden.rows_dump import (
+from compactsim.harness.core.errors import ConfigError
+from compactsim.harness.golden.rows_dump import (
     RowsDumpError,
     format_dump,
     metrics_line,

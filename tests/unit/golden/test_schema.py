@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from jsonschema import Draft202012Validator
 
-from harness.core.errors import ConfigError
-from harness.golden.schema import SCHEMA_NAMES, load_schema, schema_text, validator
+from compactsim.harness.core.errors import ConfigError
+from compactsim.harness.golden.schema import SCHEMA_NAMES, load_schema, schema_text, validator
 
 README = Path(__file__).resolve().parents[3] / "README.md"
 
@@ -34,7 +34,7 @@ def test_schema_is_a_valid_draft_2020_12_document_with_a_title(name):
 def test_schema_names_are_the_shipped_files():
     from importlib import resources
 
-    shipped = sorted(p.name for p in resources.files("harness.golden.schemas").iterdir() if p.name.endswith(".json"))
+    shipped = sorted(p.name for p in resources.files("compactsim.harness.golden.schemas").iterdir() if p.name.endswith(".json"))
     assert shipped == sorted(f"{n}.schema.json" for n in SCHEMA_NAMES)
 
 
@@ -64,7 +64,7 @@ def test_schemas_dump_parsers_and_golden_readers_do_not_load_torch():
     import subprocess
     import sys
 
-    code = ("import sys, harness.golden as g; g.load_schema('rows-dump'); g.parse_rows_dump(''); g.read_golden; "
+    code = ("import sys, compactsim.harness.golden as g; g.load_schema('rows-dump'); g.parse_rows_dump(''); g.read_golden; "
             "print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

@@ -8,12 +8,12 @@ from typing import Any
 
 import pytest
 
-from harness.audit import Tolerances
-from harness.core.seeds import rng
-from harness.golden.manifest import ScenarioEntry, build_manifest
-from harness.golden.reader import Golden
-from harness.golden.rows_dump import RowsDumpError, format_dump, parse_metrics_dump, parse_rows_dump
-from harness.golden.verify import verify_dump, verify_scenario
+from compactsim.harness.audit import Tolerances
+from compactsim.harness.core.seeds import rng
+from compactsim.harness.golden.manifest import ScenarioEntry, build_manifest
+from compactsim.harness.golden.reader import Golden
+from compactsim.harness.golden.rows_dump import RowsDumpError, format_dump, parse_metrics_dump, parse_rows_dump
+from compactsim.harness.golden.verify import verify_dump, verify_scenario
 from tests.unit.golden.golden_builders import dump_lines, golden_scenario, refused_expectation, trainer
 
 METRICS = {"physical_trace_training/num_physical_rows": 3, "advantages/sum": 3.0,

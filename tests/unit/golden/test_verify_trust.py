@@ -40,7 +40,7 @@ def test_out_of_range_parent_indices_are_row_owner_findings():
 
 
 def test_omitted_field_is_not_checked_and_the_audit_never_sees_the_expected_value(monkeypatch):
-    import harness.golden.verify as V
+    import compactsim.harness.golden.verify as V
 
     seen: list[Any] = []
     real = V.audit_run

@@ -8,14 +8,14 @@ import time
 import httpx
 import pytest
 
-from agents.collect import HttpServers, InProcessServers, collect
-from mock_servers.model_server import FaultSpec, ServerSettings, create_app
-from mock_servers.reward_server import RewardSettings
-from mock_servers.reward_server import create_app as create_reward_app
-from mock_servers.serving import HTTP_TIMEOUT_S, client_timeout_s, inprocess_client, open_mock_servers, serve_on_loopback
-from scenarios.build import model_server_settings, reward_server_settings, step_specs
-from scenarios.catalogue import default_catalogue
-from scenarios.model import FaultRef
+from compactsim.agents.collect import HttpServers, InProcessServers, collect
+from compactsim.mock_servers.model_server import FaultSpec, ServerSettings, create_app
+from compactsim.mock_servers.reward_server import RewardSettings
+from compactsim.mock_servers.reward_server import create_app as create_reward_app
+from compactsim.mock_servers.serving import HTTP_TIMEOUT_S, client_timeout_s, inprocess_client, open_mock_servers, serve_on_loopback
+from compactsim.scenarios.build import model_server_settings, reward_server_settings, step_specs
+from compactsim.scenarios.catalogue import default_catalogue
+from compactsim.scenarios.model import FaultRef
 from tests.unit.mock_servers.model_server.server_builders import SCRIPT, chat_body, meta
 
 pytestmark = pytest.mark.filterwarnings("ignore:Using `httpx` with `starlette.testclient`")

@@ -14,10 +14,10 @@ import time
 import httpx
 import pytest
 
-from mock_servers.model_server import Limits, ServerSettings, create_app
-from mock_servers.reward_server import RewardSettings
-from mock_servers.reward_server import create_app as create_reward_app
-from mock_servers.serving import serve_on_loopback
+from compactsim.mock_servers.model_server import Limits, ServerSettings, create_app
+from compactsim.mock_servers.reward_server import RewardSettings
+from compactsim.mock_servers.reward_server import create_app as create_reward_app
+from compactsim.mock_servers.serving import serve_on_loopback
 from tests.unit.mock_servers.model_server.server_builders import SCRIPT, chat_body, meta
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
@@ -136,7 +136,7 @@ def test_health_answers_within_100_ms_while_a_large_request_is_in_flight():
 
 def test_health_probe_is_blocked_when_the_pipeline_runs_on_the_loop(monkeypatch):
     """The control: the same request handled on the serving loop delays `/health` past 100 ms."""
-    import mock_servers.model_server.limits as model_limits
+    import compactsim.mock_servers.model_server.limits as model_limits
 
     async def inline(make):
         return await make()
@@ -152,7 +152,7 @@ def test_health_probe_is_blocked_when_the_pipeline_runs_on_the_loop(monkeypatch)
 def test_a_server_bug_answers_a_json_500_and_keeps_the_connection():
     from fastapi import FastAPI
 
-    from mock_servers.limits import ErrorGuardMiddleware
+    from compactsim.mock_servers.limits import ErrorGuardMiddleware
 
     app = FastAPI()
 

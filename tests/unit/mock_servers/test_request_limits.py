@@ -7,11 +7,11 @@ import json
 import pytest
 from fastapi.testclient import TestClient
 
-from mock_servers.limits import JsonLimits, LimitExceeded, load_json
-from mock_servers.model_server import Limits, ServerSettings
-from mock_servers.model_server.limits import prompt_text_bytes
-from mock_servers.reward_server import RewardSettings
-from mock_servers.reward_server import create_app as create_reward_app
+from compactsim.mock_servers.limits import JsonLimits, LimitExceeded, load_json
+from compactsim.mock_servers.model_server import Limits, ServerSettings
+from compactsim.mock_servers.model_server.limits import prompt_text_bytes
+from compactsim.mock_servers.reward_server import RewardSettings
+from compactsim.mock_servers.reward_server import create_app as create_reward_app
 from tests.unit.mock_servers.model_server.server_builders import SCRIPT, chat_body, client_for, meta
 
 pytestmark = pytest.mark.filterwarnings("ignore:Using `httpx` with `starlette.testclient`")

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from harness.oracle.truth import CallTruth, RolloutTruth
+from compactsim.harness.oracle.truth import CallTruth, RolloutTruth
 
 
 def packed_routes(num_tokens: int, call: int, *, layers: int = 1, topk: int = 2, extra: int = 0) -> np.ndarray:

@@ -7,11 +7,11 @@ from dataclasses import replace
 
 import pytest
 
-from harness.core import metrics as M
-from harness.core.errors import ConfigError
-from harness.oracle import TrainerView, batch_error, expect_scenario, expect_step, expected_reward, read_truth
-from scenarios.execute import collect_step
-from scenarios.model import Scenario
+from compactsim.harness.core import metrics as M
+from compactsim.harness.core.errors import ConfigError
+from compactsim.harness.oracle import TrainerView, batch_error, expect_scenario, expect_step, expected_reward, read_truth
+from compactsim.scenarios.execute import collect_step
+from compactsim.scenarios.model import Scenario
 from tests.unit.oracle.oracle_builders import call, rollout
 
 pytestmark = pytest.mark.filterwarnings("ignore:Using `httpx` with `starlette.testclient`")

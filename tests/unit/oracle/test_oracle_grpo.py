@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from harness.oracle.grpo import STD_EPSILON, group_advantages
+from compactsim.harness.oracle.grpo import STD_EPSILON, group_advantages
 
 
 def test_leave_one_out_matches_nemo_rl_reference_values():

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import pytest
 
-from harness.core import metrics as M
-from scenarios.model import Scenario
+from compactsim.harness.core import metrics as M
+from compactsim.scenarios.model import Scenario
 from tests.unit.scenarios.scenario_helpers import row_differences, run_step
 
 pytestmark = pytest.mark.filterwarnings("ignore:Using `httpx` with `starlette.testclient`")

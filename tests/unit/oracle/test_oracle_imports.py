@@ -19,8 +19,8 @@ def _imported(tree: ast.AST) -> list[str]:
             names += [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
-            if node.level:  # relative: resolve against harness.oracle
-                base = ".".join(["harness", "oracle"][: max(0, 2 - (node.level - 1))] + ([base] if base else []))
+            if node.level:  # relative: resolve against compactsim.harness.oracle
+                base = ".".join(["compactsim", "harness", "oracle"][: max(0, 3 - (node.level - 1))] + ([base] if base else []))
             names.append(base)
             names += [f"{base}.{a.name}" for a in node.names]
         elif isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant):
@@ -38,23 +38,23 @@ def test_the_oracle_package_has_modules_to_scan():
 @pytest.mark.parametrize("path", SOURCES, ids=lambda p: p.name)
 def test_oracle_module_imports_nothing_from_the_pipeline(path: Path):
     tree = ast.parse(path.read_text(encoding="utf-8"))
-    bad = [n for n in _imported(tree) if n == "harness.pipeline" or n.startswith("harness.pipeline.")]
+    bad = [n for n in _imported(tree) if n == "compactsim.harness.pipeline" or n.startswith("compactsim.harness.pipeline.")]
     assert bad == [], f"{path.name} imports {bad}"
-    assert "harness.pipeline" not in path.read_text(encoding="utf-8").replace("never imports the pipeline", "")
+    assert "compactsim.harness.pipeline" not in path.read_text(encoding="utf-8").replace("never imports the pipeline", "")
 
 
 def test_the_scan_catches_every_import_form():
     source = (
-        "import harness.pipeline.planner\n"
-        "from harness.pipeline import materializer\n"
-        "from harness import pipeline\n"
-        "import importlib\nimportlib.import_module('harness.pipeline.routes')\n"
-        "__import__('harness.pipeline')\n"
+        "import compactsim.harness.pipeline.planner\n"
+        "from compactsim.harness.pipeline import materializer\n"
+        "from compactsim.harness import pipeline\n"
+        "import importlib\nimportlib.import_module('compactsim.harness.pipeline.routes')\n"
+        "__import__('compactsim.harness.pipeline')\n"
     )
     found = _imported(ast.parse(source))
-    assert [n for n in found if n.startswith("harness.pipeline")] == [
-        "harness.pipeline.planner", "harness.pipeline", "harness.pipeline.materializer", "harness.pipeline",
-        "harness.pipeline.routes", "harness.pipeline",
+    assert [n for n in found if n.startswith("compactsim.harness.pipeline")] == [
+        "compactsim.harness.pipeline.planner", "compactsim.harness.pipeline", "compactsim.harness.pipeline.materializer", "compactsim.harness.pipeline",
+        "compactsim.harness.pipeline.routes", "compactsim.harness.pipeline",
     ]
 
 
@@ -63,8 +63,8 @@ def test_importing_the_oracle_loads_no_pipeline_module_even_indirectly():
     import sys
 
     code = (
-        "import sys, harness.oracle, harness.oracle.expect\n"
-        "loaded = sorted(m for m in sys.modules if m == 'harness.pipeline' or m.startswith('harness.pipeline.'))\n"
+        "import sys, compactsim.harness.oracle, compactsim.harness.oracle.expect\n"
+        "loaded = sorted(m for m in sys.modules if m == 'compactsim.harness.pipeline' or m.startswith('compactsim.harness.pipeline.'))\n"
         "print(loaded)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from harness.core.errors import ConfigError
-from harness.oracle.plan import MUTATION_TURNS, evidence_error, expected_plan, mutation_error, segment
-from scenarios.mutations import MUTATIONS
+from compactsim.harness.core.errors import ConfigError
+from compactsim.harness.oracle.plan import MUTATION_TURNS, evidence_error, expected_plan, mutation_error, segment
+from compactsim.scenarios.mutations import MUTATIONS
 from tests.unit.oracle.oracle_builders import call, continuing, packed_routes, rollout
 
 

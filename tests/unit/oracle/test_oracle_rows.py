@@ -7,10 +7,10 @@ import hashlib
 import numpy as np
 import pytest
 
-from harness.core.errors import ConfigError
-from harness.core.images import png_data_url
-from harness.oracle.plan import expected_plan
-from harness.oracle.rows import batch_route_layout, expected_rows, pixel_digest_of_data_url, trace_routes
+from compactsim.harness.core.errors import ConfigError
+from compactsim.harness.core.images import png_data_url
+from compactsim.harness.oracle.plan import expected_plan
+from compactsim.harness.oracle.rows import batch_route_layout, expected_rows, pixel_digest_of_data_url, trace_routes
 from tests.unit.oracle.oracle_builders import call, continuing, packed_routes, rollout
 
 RED_BLUE = np.array([[[255, 0, 0], [0, 0, 255]]], dtype=np.uint8)  # 1 x 2 pixels

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 import torch
 
-from harness.oracle.optimizer import AdamState, adamw_update, clip, learning_rate
-from harness.oracle.routes import CallRoutes, expected_row_routes
-from harness.oracle.step_loss import row_loss
-from harness.oracle.step_settings import LossSettings, OptimizerSettings, StepSettings
+from compactsim.harness.oracle.optimizer import AdamState, adamw_update, clip, learning_rate
+from compactsim.harness.oracle.routes import CallRoutes, expected_row_routes
+from compactsim.harness.oracle.step_loss import row_loss
+from compactsim.harness.oracle.step_settings import LossSettings, OptimizerSettings, StepSettings
 
 pytestmark = pytest.mark.filterwarnings("ignore:Converting a tensor with requires_grad=True to a scalar")
 
@@ -135,9 +135,9 @@ def test_kl_input_clamp_stops_the_gradient_where_it_bites():
 
 
 def test_step_settings_defaults_equal_the_pipelines_documented_defaults():
-    from harness.pipeline.loss import LossConfig
-    from harness.pipeline.train_config import PolicyConfig
-    from harness.pipeline.trainer import ADAM_BETAS, ADAM_EPS
+    from compactsim.harness.pipeline.loss import LossConfig
+    from compactsim.harness.pipeline.train_config import PolicyConfig
+    from compactsim.harness.pipeline.trainer import ADAM_BETAS, ADAM_EPS
 
     loss, pipe = LossSettings(), LossConfig()
     for name in LossSettings.__dataclass_fields__:

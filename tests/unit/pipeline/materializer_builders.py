@@ -15,9 +15,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from harness.core.digests import canonical_digest
-from harness.core.evidence import MediaAsset, ModelCall, RolloutEvidence
-from harness.core.trace_plan import PhysicalTrace, TracePlan, physical_trace_id
+from compactsim.harness.core.digests import canonical_digest
+from compactsim.harness.core.evidence import MediaAsset, ModelCall, RolloutEvidence
+from compactsim.harness.core.trace_plan import PhysicalTrace, TracePlan, physical_trace_id
 
 Segment = Sequence[tuple[int, int]]
 

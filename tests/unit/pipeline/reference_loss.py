@@ -20,8 +20,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from harness.core.images import decode_data_url
-from harness.core.policy import TinyPolicy
+from compactsim.harness.core.images import decode_data_url
+from compactsim.harness.core.policy import TinyPolicy
 
 
 @dataclass(frozen=True)

@@ -8,14 +8,14 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from harness.core.errors import ContractError
-from harness.pipeline.advantages import (
+from compactsim.harness.core.errors import ContractError
+from compactsim.harness.pipeline.advantages import (
     STD_EPSILON,
     compute_logical_advantages,
     grpo_advantages,
     grpo_baseline_and_std,
 )
-from harness.pipeline.train_config import AdvantageConfig
+from compactsim.harness.pipeline.train_config import AdvantageConfig
 from tests.unit.pipeline.materializer_builders import make_rollout
 
 SQRT_HALF = math.sqrt(0.5)

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from harness.core.seeds import rng
-from harness.pipeline.loss import (
+from compactsim.harness.core.seeds import rng
+from compactsim.harness.pipeline.loss import (
     METRIC_KEYS,
     LossConfig,
     LossOutput,

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 import torch
 
-from harness.core.errors import ConfigError
-from harness.pipeline.loss import LossConfig, clipped_pg_loss, combine_metrics, valid_counts
+from compactsim.harness.core.errors import ConfigError
+from compactsim.harness.pipeline.loss import LossConfig, clipped_pg_loss, combine_metrics, valid_counts
 
 torch.set_num_threads(1)
 

@@ -9,14 +9,14 @@ import numpy as np
 import pytest
 import torch
 
-from harness.core import metrics as M
-from harness.core.errors import ContractError
-from harness.core.evidence import MediaAsset
-from harness.core.images import png_data_url
-from harness.core.trace_plan import TracePlan, Violation
-from harness.pipeline.advantages import compute_logical_advantages
-from harness.pipeline.materializer import materialize, prepare_trace_batch
-from harness.pipeline.train_config import MaterializeConfig, TrainerConfig
+from compactsim.harness.core import metrics as M
+from compactsim.harness.core.errors import ContractError
+from compactsim.harness.core.evidence import MediaAsset
+from compactsim.harness.core.images import png_data_url
+from compactsim.harness.core.trace_plan import TracePlan, Violation
+from compactsim.harness.pipeline.advantages import compute_logical_advantages
+from compactsim.harness.pipeline.materializer import materialize, prepare_trace_batch
+from compactsim.harness.pipeline.train_config import MaterializeConfig, TrainerConfig
 from tests.unit.pipeline.materializer_builders import make_rollout, replan, token_base
 
 torch.set_num_threads(1)

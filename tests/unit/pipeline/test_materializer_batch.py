@@ -7,11 +7,11 @@ from dataclasses import replace
 import pytest
 import torch
 
-from harness.core.batch import validate_parent_indices
-from harness.pipeline.advantages import compute_logical_advantages
-from harness.pipeline.batch_metrics import batch_metrics, step_metrics
-from harness.pipeline.materializer import prepare_trace_batch
-from harness.pipeline.train_config import MaterializeConfig
+from compactsim.harness.core.batch import validate_parent_indices
+from compactsim.harness.pipeline.advantages import compute_logical_advantages
+from compactsim.harness.pipeline.batch_metrics import batch_metrics, step_metrics
+from compactsim.harness.pipeline.materializer import prepare_trace_batch
+from compactsim.harness.pipeline.train_config import MaterializeConfig
 from tests.unit.pipeline.materializer_builders import make_rollout
 
 torch.set_num_threads(1)

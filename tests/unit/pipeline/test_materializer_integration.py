@@ -6,13 +6,13 @@ import numpy as np
 import pytest
 import torch
 
-from harness.core import metrics as M
-from harness.core.errors import ContractError
-from harness.core.images import png_data_url
-from harness.pipeline.materializer import materialize
-from harness.pipeline.planner import plan_rollout
-from harness.pipeline.train_config import TrainerConfig
-from scenarios.payloads import Call, build_response, compacted_three_calls, continuing, run_result
+from compactsim.harness.core import metrics as M
+from compactsim.harness.core.errors import ContractError
+from compactsim.harness.core.images import png_data_url
+from compactsim.harness.pipeline.materializer import materialize
+from compactsim.harness.pipeline.planner import plan_rollout
+from compactsim.harness.pipeline.train_config import TrainerConfig
+from compactsim.scenarios.payloads import Call, build_response, compacted_three_calls, continuing, run_result
 
 torch.set_num_threads(1)
 

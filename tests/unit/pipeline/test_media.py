@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from harness.core.errors import ContractError
-from harness.core.evidence import MediaAsset, ModelCall, RolloutEvidence
-from harness.core.images import png_data_url
-from harness.pipeline.media import MediaResolver
+from compactsim.harness.core.errors import ContractError
+from compactsim.harness.core.evidence import MediaAsset, ModelCall, RolloutEvidence
+from compactsim.harness.core.images import png_data_url
+from compactsim.harness.pipeline.media import MediaResolver
 
 
 def _evidence(**assets: MediaAsset) -> RolloutEvidence:

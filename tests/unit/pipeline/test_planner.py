@@ -8,11 +8,11 @@ import copy
 import numpy as np
 import pytest
 
-from harness.core.digests import canonical_digest
-from harness.core.errors import ContractError
-from harness.pipeline.planner import DIAGNOSTIC_WINDOW, plan_rollout
-from scenarios.mutations import MUTATIONS, MutationNotApplicable
-from scenarios.payloads import Call, build_response, compacted_three_calls, continuing, run_result
+from compactsim.harness.core.digests import canonical_digest
+from compactsim.harness.core.errors import ContractError
+from compactsim.harness.pipeline.planner import DIAGNOSTIC_WINDOW, plan_rollout
+from compactsim.scenarios.mutations import MUTATIONS, MutationNotApplicable
+from compactsim.scenarios.payloads import Call, build_response, compacted_three_calls, continuing, run_result
 
 # ---------------------------------------------------------------------------------------------
 # the reference payloads

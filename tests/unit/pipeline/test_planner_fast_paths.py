@@ -6,10 +6,10 @@ import math
 
 import numpy as np
 
-from harness.core.evidence import ModelCall, RolloutEvidence
-from harness.pipeline.ingest import ingest_result
-from harness.pipeline.planner import _first_positive, plan_evidence
-from scenarios.payloads import Call, build_response
+from compactsim.harness.core.evidence import ModelCall, RolloutEvidence
+from compactsim.harness.pipeline.ingest import ingest_result
+from compactsim.harness.pipeline.planner import _first_positive, plan_evidence
+from compactsim.scenarios.payloads import Call, build_response
 
 
 def _scan(lps) -> int | None:

@@ -9,12 +9,12 @@ from typing import Any
 import numpy as np
 import pytest
 
-from harness.core.digests import canonical_digest, generation_evidence_digest
-from harness.core.errors import ContractError
-from harness.core.images import png_data_url
-from harness.pipeline.ingest import MAX_ROUTE_ELEMENTS
-from harness.pipeline.planner import plan_rollout
-from scenarios.payloads import Call, build_response, compacted_three_calls, continuing, run_result
+from compactsim.harness.core.digests import canonical_digest, generation_evidence_digest
+from compactsim.harness.core.errors import ContractError
+from compactsim.harness.core.images import png_data_url
+from compactsim.harness.pipeline.ingest import MAX_ROUTE_ELEMENTS
+from compactsim.harness.pipeline.planner import plan_rollout
+from compactsim.scenarios.payloads import Call, build_response, compacted_three_calls, continuing, run_result
 
 IMAGE = "media-e5214ee50da1954c70348ac5"  # the reference example's content-addressed image
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from harness.core.errors import ConfigError
-from harness.pipeline.replay_buffer import BufferedGroup, ReplayBuffer
+from compactsim.harness.core.errors import ConfigError
+from compactsim.harness.pipeline.replay_buffer import BufferedGroup, ReplayBuffer
 
 
 def _group(key: str, generation: int, target: int) -> BufferedGroup:

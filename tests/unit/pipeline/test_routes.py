@@ -6,12 +6,12 @@ import numpy as np
 import pytest
 import torch
 
-from harness.core.errors import ContractError
-from harness.core.evidence import ModelCall
-from harness.pipeline.advantages import compute_logical_advantages
-from harness.pipeline.materializer import prepare_trace_batch
-from harness.pipeline.routes import call_routes, fill_trace_routes, route_dtype, trace_route_layout
-from harness.pipeline.train_config import MaterializeConfig
+from compactsim.harness.core.errors import ContractError
+from compactsim.harness.core.evidence import ModelCall
+from compactsim.harness.pipeline.advantages import compute_logical_advantages
+from compactsim.harness.pipeline.materializer import prepare_trace_batch
+from compactsim.harness.pipeline.routes import call_routes, fill_trace_routes, route_dtype, trace_route_layout
+from compactsim.harness.pipeline.train_config import MaterializeConfig
 from tests.unit.pipeline.materializer_builders import call_routes as packed_routes
 from tests.unit.pipeline.materializer_builders import make_rollout
 

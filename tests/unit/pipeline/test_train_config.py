@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from harness.core.errors import ConfigError
-from harness.pipeline.train_config import (
+from compactsim.harness.core.errors import ConfigError
+from compactsim.harness.pipeline.train_config import (
     SUPPORTED_FIELDS,
     UNSUPPORTED_RULES,
     MaterializeConfig,

@@ -10,14 +10,14 @@ from typing import Any
 import pytest
 import torch
 
-from harness.core import metrics as M
-from harness.core.errors import ConfigError, ContractError
-from harness.core.policy import TinyPolicy, configure_determinism
-from harness.pipeline.backend import ReferenceBackend
-from harness.pipeline.materializer import materialize
-from harness.pipeline.planner import plan_rollout
-from harness.pipeline.train_config import TrainerConfig
-from harness.pipeline.trainer import StepResult, TrainState, grpo_step, init_train_state, train_step
+from compactsim.harness.core import metrics as M
+from compactsim.harness.core.errors import ConfigError, ContractError
+from compactsim.harness.core.policy import TinyPolicy, configure_determinism
+from compactsim.harness.pipeline.backend import ReferenceBackend
+from compactsim.harness.pipeline.materializer import materialize
+from compactsim.harness.pipeline.planner import plan_rollout
+from compactsim.harness.pipeline.train_config import TrainerConfig
+from compactsim.harness.pipeline.trainer import StepResult, TrainState, grpo_step, init_train_state, train_step
 from tests.unit.pipeline.reference_loss import independent_grpo_loss, loo_grpo_advantages, plain_rows_from_ground_truth
 from tests.unit.pipeline.trainer_builders import collect_rollouts, flatten_rollouts, make_cfg, permute_rows
 

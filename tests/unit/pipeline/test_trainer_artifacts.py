@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from harness.core.artifacts import (
+from compactsim.harness.core.artifacts import (
     ARTIFACT_FORMAT,
     StepArtifact,
     artifact_from_batch,
@@ -19,10 +19,10 @@ from harness.core.artifacts import (
     meta_to_json,
     pixel_digest,
 )
-from harness.core.images import decode_data_url, png_data_url
-from harness.pipeline.advantages import compute_logical_advantages
-from harness.pipeline.materializer import prepare_trace_batch
-from harness.pipeline.train_config import MaterializeConfig
+from compactsim.harness.core.images import decode_data_url, png_data_url
+from compactsim.harness.pipeline.advantages import compute_logical_advantages
+from compactsim.harness.pipeline.materializer import prepare_trace_batch
+from compactsim.harness.pipeline.train_config import MaterializeConfig
 from tests.unit.pipeline.materializer_builders import make_rollout
 
 torch.set_num_threads(1)

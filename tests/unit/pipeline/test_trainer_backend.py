@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-import harness.pipeline as pipeline
-from harness.core.errors import ConfigError
-from harness.pipeline.backend import Backend, ReferenceBackend, load_backend
-from harness.pipeline.train_config import TrainerConfig
+import compactsim.harness.pipeline as pipeline
+from compactsim.harness.core.errors import ConfigError
+from compactsim.harness.pipeline.backend import Backend, ReferenceBackend, load_backend
+from compactsim.harness.pipeline.train_config import TrainerConfig
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 
@@ -38,21 +38,21 @@ def test_reference_backend_plans_and_materializes_the_reference_payload():
 
 
 def test_load_backend_instantiates_a_class_named_module_colon_attr():
-    backend = load_backend("harness.pipeline:ReferenceBackend")
+    backend = load_backend("compactsim.harness.pipeline:ReferenceBackend")
     assert repr(backend) == "ReferenceBackend()"
 
 
 def test_load_backend_rejects_a_spec_without_a_colon():
     with pytest.raises(ConfigError) as err:
-        load_backend("harness.pipeline.ReferenceBackend")
+        load_backend("compactsim.harness.pipeline.ReferenceBackend")
     assert err.value.code == "invalid_argument"
     assert "expected 'module:attr'" in err.value.detail
 
 
 def test_load_backend_rejects_a_spec_that_does_not_import():
     with pytest.raises(ConfigError) as err:
-        load_backend("harness.pipeline:NoSuchBackend")
-    assert "backend='harness.pipeline:NoSuchBackend' does not load: AttributeError" in err.value.detail
+        load_backend("compactsim.harness.pipeline:NoSuchBackend")
+    assert "backend='compactsim.harness.pipeline:NoSuchBackend' does not load: AttributeError" in err.value.detail
 
 
 def test_load_backend_rejects_an_object_without_the_backend_methods():

@@ -14,9 +14,9 @@ from typing import Any
 
 import torch
 
-from harness.core.batch import TraceBatch
-from harness.pipeline.train_config import TrainerConfig
-from harness.train_run import TrainRunConfig, collect_groups, open_servers, resolve_recipe, trainer_config
+from compactsim.harness.core.batch import TraceBatch
+from compactsim.harness.pipeline.train_config import TrainerConfig
+from compactsim.harness.train_run import TrainRunConfig, collect_groups, open_servers, resolve_recipe, trainer_config
 
 
 def run_config(scenario: str = "pr-validation-image-compaction-k2", **settings: Any) -> TrainRunConfig:

@@ -15,7 +15,7 @@ QUIET = ("-p", "no:cacheprovider", "-W", "ignore::DeprecationWarning")
 def _import_everything_once():
     """Run both backends once out here: in-process pytester restores sys.modules after each inner run,
     and C extensions (numpy, torch) cannot be imported twice in one process."""
-    from harness.runner import RunOptions, resolve_scenarios, run_scenario
+    from compactsim.harness.runner import RunOptions, resolve_scenarios, run_scenario
 
     scenario = resolve_scenarios(["explicit-logprobs"])[0]
     run_scenario(scenario, RunOptions())
@@ -97,13 +97,13 @@ def test_seed_option_sets_the_seed_and_the_header_shows_it(pytester: pytest.Pyte
     )
     result = pytester.runpytest_inprocess(*QUIET, "--compactsim-seed=11")
     result.assert_outcomes(passed=1)
-    result.stdout.fnmatch_lines(["compactsim: seed=11, backend=harness.pipeline:ReferenceBackend"])
+    result.stdout.fnmatch_lines(["compactsim: seed=11, backend=compactsim.harness.pipeline:ReferenceBackend"])
 
 
 def test_header_says_scenario_default_without_a_seed(pytester: pytest.Pytester):
     pytester.makepyfile("def test_nothing(): pass")
     result = pytester.runpytest_inprocess(*QUIET)
-    result.stdout.fnmatch_lines(["compactsim: seed=scenario default, backend=harness.pipeline:ReferenceBackend"])
+    result.stdout.fnmatch_lines(["compactsim: seed=scenario default, backend=compactsim.harness.pipeline:ReferenceBackend"])
 
 
 def test_marker_is_registered_with_an_example(pytester: pytest.Pytester):
@@ -162,7 +162,7 @@ def test_fixture_without_marker_needs_a_scenario(pytester: pytest.Pytester):
 def test_compactsim_run_result_exposes_passed_findings_and_the_run(pytester: pytest.Pytester):
     pytester.makepyfile(
         f"""
-        from harness.pytest_plugin import ScenarioResult
+        from compactsim.harness.pytest_plugin import ScenarioResult
 
         def test_good(compactsim_run):
             result = compactsim_run("explicit-logprobs", seed=1)

@@ -6,8 +6,8 @@ import base64
 import io
 from dataclasses import replace
 
-from harness.audit import audit_run, observed_from_artifact
-from harness.report import ScenarioRecord, SuiteRecord, rollout_views
+from compactsim.harness.audit import audit_run, observed_from_artifact
+from compactsim.harness.report import ScenarioRecord, SuiteRecord, rollout_views
 from tests.unit.audit.audit_builders import artifact, edit, expectation, run_of
 
 GYM = {"producer": "compactsim-emitter", "contract_flavour": "gym-0.7.0-transport", "revision": None, "verdict": None,
@@ -43,7 +43,7 @@ def record(*, broken: bool = True, steps: int = 2, mode: str | None = None, name
 
 def suite(*, broken: bool = True) -> SuiteRecord:
     """A one-scenario suite (the fixture over two steps)."""
-    return SuiteRecord(seed=7, backend="harness.pipeline:ReferenceBackend", device="cpu", selection=("audit-fixture",),
+    return SuiteRecord(seed=7, backend="compactsim.harness.pipeline:ReferenceBackend", device="cpu", selection=("audit-fixture",),
                        versions=VERSIONS, gym=GYM, scenarios=(record(broken=broken),))
 
 

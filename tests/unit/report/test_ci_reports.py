@@ -5,10 +5,10 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from harness.commands.ci_outputs import format_progress_line, write_ci_outputs
-from harness.commands.verify import format_finding
-from harness.report.junit import CaseResult, cases_from_verify, clean_xml_text, format_junit_xml
-from harness.report.markdown import STEP_SUMMARY_ENV, append_step_summary, format_markdown, step_summary_path
+from compactsim.harness.commands.ci_outputs import format_progress_line, write_ci_outputs
+from compactsim.harness.commands.verify import format_finding
+from compactsim.harness.report.junit import CaseResult, cases_from_verify, clean_xml_text, format_junit_xml
+from compactsim.harness.report.markdown import STEP_SUMMARY_ENV, append_step_summary, format_markdown, step_summary_path
 from tests.unit.golden.golden_builders import dump_lines
 from tests.unit.golden.test_verify import line, verify
 

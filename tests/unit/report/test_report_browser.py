@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.report import format_report_html
+from compactsim.harness.report import format_report_html
 from tests.unit.report.browser import check_page, find_chromium, write_page
 from tests.unit.report.report_builders import mixed_suite, suite
 
@@ -73,7 +73,7 @@ def test_console_errors_and_failed_requests_are_caught(tmp_path: Path):
 
 
 def test_report_of_a_real_run_with_a_failing_and_a_passing_scenario_loads_cleanly(tmp_path: Path):
-    from harness.runner import RunOptions, resolve_scenarios, run_suite, suite_record
+    from compactsim.harness.runner import RunOptions, resolve_scenarios, run_suite, suite_record
 
     scenarios = resolve_scenarios(["image-compaction-k2-rolling"])  # images: real thumbnails in the trace view
     ok = run_suite(scenarios, RunOptions(seed=1))

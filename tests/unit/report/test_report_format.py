@@ -6,8 +6,8 @@ import base64
 import json
 from dataclasses import replace
 
-from harness.audit import observed_from_artifact
-from harness.report import (
+from compactsim.harness.audit import observed_from_artifact
+from compactsim.harness.report import (
     format_metric_plot,
     format_report_html,
     format_summary,
@@ -15,7 +15,7 @@ from harness.report import (
     format_timings,
     rollout_views,
 )
-from harness.report.trace_view import position_classes
+from compactsim.harness.report.trace_view import position_classes
 from tests.unit.audit.audit_builders import artifact
 from tests.unit.report.report_builders import mixed_suite, png_data_url, record, suite
 
@@ -60,7 +60,7 @@ def test_trace_view_classes_boundary_sentinel_prompt_sampled_and_padding():
 
 
 def test_rollout_views_group_rows_by_logical_rollout_and_flag_findings():
-    from harness.audit import audit_run
+    from compactsim.harness.audit import audit_run
     from tests.unit.audit.audit_builders import edit, expectation, run_of
 
     a = edit(artifact(order=(2, 1, 0)), "row_input_ids", (2, 5), 99)
@@ -110,7 +110,7 @@ def test_sections_collapse_failed_first_and_open():
 
 
 def test_one_step_scenario_gets_a_value_table_not_a_plot():
-    from harness.report.html import default_plots, format_metrics
+    from compactsim.harness.report.html import default_plots, format_metrics
 
     s = mixed_suite()
     plots = default_plots(s)
@@ -123,8 +123,8 @@ def test_one_step_scenario_gets_a_value_table_not_a_plot():
 
 
 def test_scripted_token_mult_prob_error_is_left_out_and_explained():
-    from harness.report.html import format_metrics
-    from harness.report.plots import metrics_for_mode
+    from compactsim.harness.report.html import format_metrics
+    from compactsim.harness.report.plots import metrics_for_mode
 
     assert metrics_for_mode("scripted")[:2] == ("loss", "grad_norm")
     assert metrics_for_mode("policy")[0] == metrics_for_mode(None)[0] == "token_mult_prob_error"

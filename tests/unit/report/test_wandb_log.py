@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from harness.core.errors import ConfigError
-from harness.report.wandb_log import WandbSettings, wandb_key, wandb_step_metrics, wandb_summary, wandb_tags
+from compactsim.harness.core.errors import ConfigError
+from compactsim.harness.report.wandb_log import WandbSettings, wandb_key, wandb_step_metrics, wandb_summary, wandb_tags
 from tests.unit.report.report_builders import record
 
 
@@ -66,7 +66,7 @@ class _FakeRun:
 
 
 def test_runner_logs_one_offline_run_per_scenario_with_the_settings(monkeypatch, tmp_path: Path):
-    from harness.runner import RunOptions, ScenarioRun, _wandb
+    from compactsim.harness.runner import RunOptions, ScenarioRun, _wandb
 
     runs: list[_FakeRun] = []
     fake = types.ModuleType("wandb")
@@ -82,7 +82,7 @@ def test_runner_logs_one_offline_run_per_scenario_with_the_settings(monkeypatch,
     assert {k: run.kwargs[k] for k in ("project", "entity", "group", "tags", "name", "mode", "job_type", "dir")} == {
         "project": "trainer-ci", "entity": "team", "group": "nightly", "tags": ["ci", "fixture"],
         "name": "audit-fixture-seed7", "mode": "offline", "job_type": "scenario", "dir": str(tmp_path / "wandb")}
-    assert run.kwargs["config"] == {"options": {"seed": 7, "backend": "harness.pipeline:ReferenceBackend",
+    assert run.kwargs["config"] == {"options": {"seed": 7, "backend": "compactsim.harness.pipeline:ReferenceBackend",
                                                 "device": "cpu", "max_steps": None}, "mode": "scripted"}
     assert run.logged == [(0, {"train/loss": 0.5, "physical_trace_training/num_physical_rows": 3}),
                           (1, {"train/loss": 0.25, "physical_trace_training/num_physical_rows": 3})]

@@ -13,15 +13,15 @@ from typing import Any
 import numpy as np
 import torch
 
-from harness.core.batch import TraceBatch
-from harness.core.errors import ContractError
-from harness.core.expectations import ExpectedRow, ExpectedStep
-from harness.oracle import expect_step
-from harness.pipeline.materializer import materialize
-from harness.pipeline.planner import plan_rollout
-from scenarios.build import step_results
-from scenarios.execute import collect_step
-from scenarios.model import Scenario
+from compactsim.harness.core.batch import TraceBatch
+from compactsim.harness.core.errors import ContractError
+from compactsim.harness.core.expectations import ExpectedRow, ExpectedStep
+from compactsim.harness.oracle import expect_step
+from compactsim.harness.pipeline.materializer import materialize
+from compactsim.harness.pipeline.planner import plan_rollout
+from compactsim.scenarios.build import step_results
+from compactsim.scenarios.execute import collect_step
+from compactsim.scenarios.model import Scenario
 
 torch.set_num_threads(1)
 

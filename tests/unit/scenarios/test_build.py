@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from harness.core.errors import ConfigError
-from harness.core.seeds import derive_int
-from scenarios.build import (
+from compactsim.harness.core.errors import ConfigError
+from compactsim.harness.core.seeds import derive_int
+from compactsim.scenarios.build import (
     build_scenario,
     bump_policy_version,
     fault_specs,
@@ -19,9 +19,9 @@ from scenarios.build import (
     step_specs,
     zero_call_capture,
 )
-from scenarios.execute import collect_step
-from scenarios.model import Scenario
-from scenarios.mutations import MutationNotApplicable
+from compactsim.scenarios.execute import collect_step
+from compactsim.scenarios.model import Scenario
+from compactsim.scenarios.mutations import MutationNotApplicable
 
 pytestmark = pytest.mark.filterwarnings("ignore:Using `httpx` with `starlette.testclient`")
 
@@ -75,8 +75,8 @@ def test_server_settings_script_every_step_and_carry_mode_drift_rewards_and_mask
     assert reward_server_settings(s) == {"rule": {"kind": "pattern", "pattern": [1.0, 0.5]}, "mask_sample_indices": [1]}
     build = build_scenario(s)
     assert len(build.specs) == 2 and build.trainer_config.grpo.num_generations_per_prompt == 2
-    from mock_servers.model_server import ServerSettings
-    from mock_servers.reward_server import RewardSettings
+    from compactsim.mock_servers.model_server import ServerSettings
+    from compactsim.mock_servers.reward_server import RewardSettings
 
     ServerSettings.model_validate(m)
     RewardSettings.model_validate(reward_server_settings(s))

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness.core.errors import ConfigError
-from scenarios.catalogue import Catalogue, default_catalogue, dump_scenario, get_scenario, list_scenarios, load_catalogue, load_file
-from scenarios.model import Scenario
+from compactsim.harness.core.errors import ConfigError
+from compactsim.scenarios.catalogue import Catalogue, default_catalogue, dump_scenario, get_scenario, list_scenarios, load_catalogue, load_file
+from compactsim.scenarios.model import Scenario
 
 
 def test_bundled_catalogue_has_at_least_thirty_unique_scenarios_with_one_line_purposes():

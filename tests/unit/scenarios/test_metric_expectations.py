@@ -6,9 +6,9 @@ import math
 
 import pytest
 
-from harness.core.errors import ConfigError
-from harness.core.expectations import MetricExpectation
-from scenarios.metric_expectations import describe, evaluate, parse_metric_check, parse_metric_expectations, passes, reduce_values
+from compactsim.harness.core.errors import ConfigError
+from compactsim.harness.core.expectations import MetricExpectation
+from compactsim.scenarios.metric_expectations import describe, evaluate, parse_metric_check, parse_metric_expectations, passes, reduce_values
 
 
 def test_parse_turns_each_check_into_one_expectation():

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from harness.core.errors import ConfigError
-from scenarios.model import RewardsSpec, Scenario, ScriptSpec, TurnsGenerator, deep_merge
+from compactsim.harness.core.errors import ConfigError
+from compactsim.scenarios.model import RewardsSpec, Scenario, ScriptSpec, TurnsGenerator, deep_merge
 
 
 def _s(**data) -> Scenario:
@@ -140,7 +140,7 @@ def test_script_spec_builds_generated_or_explicit_turns():
 
 
 def test_compaction_may_be_an_explicit_context_history_config():
-    from scenarios.build import step_specs
+    from compactsim.scenarios.build import step_specs
 
     s = _s(compaction={"policy": {"type": "recency", "config": {"images": {"enabled": True, "keep_last_groups": 2}}},
                        "schedule": {"type": "turn_chunked_recency", "actions_per_chunk": 2}})

@@ -6,8 +6,8 @@ import json
 
 from typer.testing import CliRunner
 
-from harness.cli import app
-from scenarios.catalogue import default_catalogue
+from compactsim.harness.cli import app
+from compactsim.scenarios.catalogue import default_catalogue
 
 
 def test_list_json_names_every_scenario_with_tags_purpose_and_expected_verdict():

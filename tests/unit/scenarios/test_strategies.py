@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings
 
-from harness.core.errors import ConfigError
-from scenarios.model import Scenario, ScriptSpec
-from scenarios.strategies import (
+from compactsim.harness.core.errors import ConfigError
+from compactsim.scenarios.model import Scenario, ScriptSpec
+from compactsim.scenarios.strategies import (
     adversarial_scenarios,
     compaction_schedules,
     media,
@@ -17,7 +17,7 @@ from scenarios.strategies import (
     scenarios,
     turns,
 )
-from agents.compaction.presets import policy_preset
+from compactsim.agents.compaction.presets import policy_preset
 
 
 @pytest.mark.parametrize(
@@ -74,7 +74,7 @@ def test_scenarios_are_valid_and_round_trip(scenario):
 @settings(max_examples=25)
 @given(adversarial_scenarios())
 def test_adversarial_scenarios_declare_their_mutations_code(scenario):
-    from scenarios.mutations import MUTATIONS_BY_NAME
+    from compactsim.scenarios.mutations import MUTATIONS_BY_NAME
 
     assert scenario.expect.verdict == "error"
     assert scenario.expect.code == MUTATIONS_BY_NAME[scenario.mutation.name].code

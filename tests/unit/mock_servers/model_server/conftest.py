@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from harness.core.policy import configure_determinism
-from mock_servers.model_server import ServerSettings
+from compactsim.harness.core.policy import configure_determinism
+from compactsim.mock_servers.model_server import ServerSettings
 from tests.unit.mock_servers.model_server.server_builders import SCRIPT
 
 

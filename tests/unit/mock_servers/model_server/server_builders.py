@@ -12,8 +12,8 @@ import httpx
 import numpy as np
 import uvicorn
 
-from harness.core.images import png_data_url
-from mock_servers.model_server import ScriptStep, ScriptToolCall, ServerSettings, create_app
+from compactsim.harness.core.images import png_data_url
+from compactsim.mock_servers.model_server import ScriptStep, ScriptToolCall, ServerSettings, create_app
 
 IMAGE_URL = png_data_url((np.arange(6 * 5 * 3) * 7 % 256).astype(np.uint8).reshape(6, 5, 3))
 

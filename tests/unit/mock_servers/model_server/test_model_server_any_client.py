@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 
-from harness.core import chat_template as ct
-from mock_servers.model_server import FaultSpec, ScriptStep, ScriptToolCall, ServerSettings
-from mock_servers.model_server.engine import CallHints, CallTracker, call_digest, opens_episode, task_rollout_key
-from mock_servers.model_server.faults import fault_draw
+from compactsim.harness.core import chat_template as ct
+from compactsim.mock_servers.model_server import FaultSpec, ScriptStep, ScriptToolCall, ServerSettings
+from compactsim.mock_servers.model_server.engine import CallHints, CallTracker, call_digest, opens_episode, task_rollout_key
+from compactsim.mock_servers.model_server.faults import fault_draw
 from tests.unit.mock_servers.model_server.server_builders import IMAGE_URL, SyncASGIClient, client_for, meta
 
 SYSTEM = {"role": "system", "content": "You operate a desktop."}

@@ -8,8 +8,8 @@ import hashlib
 import httpx
 import pytest
 
-from harness.core.seeds import rng
-from mock_servers.model_server import ServerSettings, create_app
+from compactsim.harness.core.seeds import rng
+from compactsim.mock_servers.model_server import ServerSettings, create_app
 from tests.unit.mock_servers.model_server.server_builders import SCRIPT, chat_body, meta, run_async, user_items
 
 

@@ -9,11 +9,11 @@ import json
 import numpy as np
 import pytest
 
-from harness.core import chat_template as ct
-from harness.core import tokenizer as tok
-from harness.core.digests import canonical_digest
-from mock_servers.model_server import Limits, ScriptStep, ServerSettings
-from mock_servers.model_server.sampling import scripted_logprobs, scripted_routes
+from compactsim.harness.core import chat_template as ct
+from compactsim.harness.core import tokenizer as tok
+from compactsim.harness.core.digests import canonical_digest
+from compactsim.mock_servers.model_server import Limits, ScriptStep, ServerSettings
+from compactsim.mock_servers.model_server.sampling import scripted_logprobs, scripted_routes
 from tests.unit.mock_servers.model_server.server_builders import IMAGE_URL, SCRIPT, chat_body, client_for, meta, user_items
 
 

@@ -7,9 +7,9 @@ import json
 import httpx
 import pytest
 
-from harness.core import tokenizer as tok
-from mock_servers.model_server import FaultSpec, ServerSettings
-from mock_servers.model_server.settings import FAULT_KINDS
+from compactsim.harness.core import tokenizer as tok
+from compactsim.mock_servers.model_server import FaultSpec, ServerSettings
+from compactsim.mock_servers.model_server.settings import FAULT_KINDS
 from tests.unit.mock_servers.model_server.server_builders import SCRIPT, chat_body, client_for, live_server, meta, user_items
 
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from harness.core import chat_template as ct
-from harness.core import tokenizer as tok
-from harness.core.images import decode_data_url
-from harness.core.policy import TinyPolicy
-from mock_servers.model_server.sampling import TEXT_ALPHABET
+from compactsim.harness.core import chat_template as ct
+from compactsim.harness.core import tokenizer as tok
+from compactsim.harness.core.images import decode_data_url
+from compactsim.harness.core.policy import TinyPolicy
+from compactsim.mock_servers.model_server.sampling import TEXT_ALPHABET
 from tests.unit.mock_servers.model_server.server_builders import IMAGE_URL, chat_body, client_for, meta, user_items
 
 
@@ -108,7 +108,7 @@ def test_weights_that_are_not_a_policy_checkpoint_get_422(policy_settings):
 
 
 def test_policy_sampling_depends_on_the_seed():
-    from mock_servers.model_server import ServerSettings
+    from compactsim.mock_servers.model_server import ServerSettings
 
     body = {"input": "same prompt", "max_output_tokens": 8}
     texts = []

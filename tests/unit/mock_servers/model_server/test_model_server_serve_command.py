@@ -8,8 +8,8 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from harness.commands.serve import HOST, build_settings, register
-from harness.core.errors import ConfigError
+from compactsim.harness.commands.serve import HOST, build_settings, register
+from compactsim.harness.core.errors import ConfigError
 
 
 def test_build_settings_applies_options_over_a_settings_file(tmp_path):

@@ -6,7 +6,7 @@ import pytest
 from fastapi.testclient import TestClient
 from pydantic import ValidationError
 
-from mock_servers.reward_server import RewardRule, RewardSettings, create_app
+from compactsim.mock_servers.reward_server import RewardRule, RewardSettings, create_app
 
 pytestmark = pytest.mark.filterwarnings("ignore:Using `httpx` with `starlette.testclient`")
 
