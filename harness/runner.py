@@ -411,19 +411,25 @@ def _execute(
     with open_servers(build.model_settings, build.reward_settings, options.server) as servers:
         if scenario.mode == "policy":
             _sync_initial_weights(servers.model, state, cfg.policy.precision)
+        # The trainer's own bookkeeping of the version the generation server holds: the checkpoint it
+        # started from, then each version it pushes (policy mode). A scripted server never gets weights,
+        # so it stays at the start version. Every `/run` result is labelled with it at collection time
+        # (`trainer_policy_version`): Gym's items carry no version, as NeMo-RL labels rows by sync step.
+        generation_version = state.version
         # async GRPO (NeMo-RL §6.3): step j's groups are generated `lead` optimizer steps ahead, with the
         # weights of that moment, so step j trains on rollouts of version max(0, j - lead)
         a = cfg.grpo.async_grpo
         lead = a.max_trajectory_age_steps if a.enabled else 0
-        ahead: dict[int, Any] = {}
+        ahead: dict[int, tuple[Any, int]] = {}  # step -> (its collected rollouts, the version they were generated at)
         for k in range(scenario.steps):
             with clock.stage("collect"):
                 for j in range(k, min(scenario.steps, k + lead + 1)):
                     if j not in ahead:
-                        ahead[j] = collect(build.specs[j], servers, executor=LocalExecutor(options.workers))
-                collected = ahead.pop(k)
+                        ahead[j] = (collect(build.specs[j], servers, executor=LocalExecutor(options.workers)),
+                                    generation_version)
+                collected, collected_at = ahead.pop(k)
                 logs_by_step.append([c.ground_truth for c in collected])
-                results = step_results(scenario, k, collected)
+                results = step_results(scenario, k, collected, generation_version=collected_at)
             with clock.stage("write"):
                 # the agents' ground truth (the oracle's input) and what the trainer received (results/)
                 files[f"rollouts/step-{k:04d}.jsonl"], rollouts = _jsonl(
@@ -440,6 +446,7 @@ def _execute(
             if scenario.mode == "policy":
                 with clock.stage("weights"):
                     _push_weights(servers.model, state)
+                generation_version = state.version
             steps.append(step)
             rows.append(sum(1 for r in step.rows if not r.is_padding))
             files[f"artifacts/step-{k:04d}.npz"] = npz

@@ -46,6 +46,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from compactsim.harness.core import metrics as M
 from compactsim.mock_servers.serving import OpenServers, open_mock_servers
 from compactsim.harness.core.artifacts import StepArtifact, encode_step_artifact, meta_to_json
+from compactsim.harness.core.contract import with_trainer_policy_version
 from compactsim.harness.core.errors import ConfigError
 from compactsim.harness.core.seeds import check_seed, derive_int
 from compactsim.harness.pipeline.backend import Backend, ReferenceBackend
@@ -293,8 +294,13 @@ def open_servers(run: TrainRunConfig, cfg: TrainerConfig, total_groups: int) -> 
         yield servers
 
 
-def collect_groups(clients: OpenServers, run: TrainRunConfig, groups: Sequence[int]) -> list[Any]:
+def collect_groups(
+    clients: OpenServers, run: TrainRunConfig, groups: Sequence[int], *, generation_version: int
+) -> list[Any]:
     """Run every rollout of prompt groups `groups` (in order); each must complete.
+
+    Each `/run` result is labelled ``trainer_policy_version`` = `generation_version`, the version the
+    trainer last synced to the generation server (its own bookkeeping: Gym's items carry no version).
 
     A failed rollout here is a harness problem (the servers run no faults), not a finding.
     """
@@ -306,6 +312,8 @@ def collect_groups(clients: OpenServers, run: TrainRunConfig, groups: Sequence[i
     if failed:
         f = failed[0].failure or {}
         raise RuntimeError(f"rollout {failed[0].rollout_id!r} failed: {f.get('kind')}: {f.get('detail')}")
+    for c in collected:
+        with_trainer_policy_version(c.result, generation_version)
     return collected
 
 
@@ -357,6 +365,9 @@ def run_training(
     try:
         with open_servers(run, cfg, total_groups) as clients:
             _sync_initial_weights(clients.model, state, cfg)
+            # the version the trainer last synced to the generation server (its own bookkeeping); every
+            # `/run` result is labelled with it when collected, since Gym's items carry no version
+            generation_version = state.version
             buffer = ReplayBuffer()
             pending: dict[str, Any] = {}  # async: group key → its collected rollouts, until trained
             next_group = 0
@@ -369,12 +380,12 @@ def run_training(
                     targets = buffer.collection_targets(state.version, max_age_steps=lead, groups_per_step=per_step, budget=budget)
                     groups = list(range(next_group, next_group + len(targets)))
                     next_group += len(targets)
-                    collected = collect_groups(clients, run, groups)
+                    collected = collect_groups(clients, run, groups, generation_version=generation_version)
                     size = run.recipe.num_generations_per_prompt
                     members = {f"group{g:04d}": collected[k * size:(k + 1) * size] for k, g in enumerate(groups)}
                     buffer = buffer.add(*(
                         BufferedGroup(key, tuple(c.result for c in members[key]),
-                                      generation_version=state.version, target_version=t)
+                                      generation_version=generation_version, target_version=t)
                         for key, t in zip(members, targets, strict=True)
                     ))
                     pending.update(members)
@@ -385,7 +396,7 @@ def run_training(
                     collected_all = [c for g in sample.groups for c in pending.pop(g.group_key)]
                 else:
                     groups = list(range(step * per_step, (step + 1) * per_step))
-                    collected_all = collect_groups(clients, run, groups)
+                    collected_all = collect_groups(clients, run, groups, generation_version=generation_version)
                     results = [c.result for c in collected_all]
                 t1 = time.perf_counter()
                 # ---- plan, logical advantages, materialize (the backend under test)
@@ -398,7 +409,7 @@ def run_training(
                 result = backend.train_step(state, batch, cfg)
                 t3 = time.perf_counter()
                 # ---- new weights to the generator
-                _push_weights(clients.model, state)
+                generation_version = _push_weights(clients.model, state)
                 t4 = time.perf_counter()
 
                 result = _with_replay(result, sample)
@@ -451,7 +462,7 @@ def _sync_initial_weights(client: Any, state: TrainState, cfg: TrainerConfig) ->
 
 
 def _check_group_versions(batch: Any, sample: ReplaySample) -> None:
-    """Every row's recorded generation version is its buffered group's tag (the server stamped it)."""
+    """Every row's generation version (from the result's label) is its buffered group's tag."""
     tag = {g.group_key: g.generation_version for g in sample.groups}
     for rec in batch.logical:
         want = tag.get(rec.group_key)

@@ -5,7 +5,7 @@ is started here. A runner does, for every step `k`::
 
     specs = step_specs(scenario, k)                      # in slot order: group-major, then index
     collected = collect(specs, servers)                  # compactsim.agents.collect, servers from the settings below
-    results = step_results(scenario, k, collected)       # what the trainer receives this step
+    results = step_results(scenario, k, collected, generation_version=v)  # what the trainer receives
     plans = [plan_rollout(r) for r in results]; ...      # the system under test
 
 `model_server_settings` scripts every step at once, so one server serves a whole run (policy
@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from compactsim.agents.rollout.script import RolloutSpec, SamplingConfig
+from compactsim.harness.core.contract import TRAINER_POLICY_VERSION, with_trainer_policy_version
 from compactsim.harness.core.errors import ConfigError
 from compactsim.harness.core.seeds import derive_int
 from compactsim.scenarios.model import Scenario, resolve_compaction
@@ -186,12 +187,17 @@ def _result_of(item: Any) -> dict[str, Any] | None:
     return getattr(item, "result", None)
 
 
-def step_results(scenario: Scenario, step: int, collected: Sequence[Any]) -> list[dict[str, Any]]:
+def step_results(
+    scenario: Scenario, step: int, collected: Sequence[Any], *, generation_version: int | None
+) -> list[dict[str, Any]]:
     """The Gym results the trainer receives at `step`, from the step's collected rollouts.
 
     `collected` holds `compactsim.agents.CollectedRollout`s (or mappings with ``rollout_id`` and ``result``)
-    in any order. Failed rollouts (result None) are left out; then the scenario's mutation and
-    batch corruption aimed at this step are applied. Results are deep copies; input is untouched.
+    in any order. Failed rollouts (result None) are left out. Each result is labelled with
+    ``trainer_policy_version`` = `generation_version`: the policy version the trainer had synced to the
+    generation server when these rollouts were collected (its own bookkeeping; Gym's items carry no
+    version). None leaves the results unlabelled. Then the scenario's mutation and batch corruption
+    aimed at this step are applied. Results are deep copies; input is untouched.
     Raises `MutationNotApplicable` (a `ValueError`) when the mutation's target lacks what it edits,
     and `ConfigError("invalid_argument")` when a target rollout did not complete.
     """
@@ -203,6 +209,9 @@ def step_results(scenario: Scenario, step: int, collected: Sequence[Any]) -> lis
         raise ConfigError("invalid_argument", f"rollouts {unknown[:3]} are not part of step {step} of {scenario.name!r}")
     results: list[tuple[str, dict[str, Any]]] = [(rid, copy.deepcopy(by_id[rid])) for rid in order  # type: ignore[misc]
                                                  if by_id.get(rid) is not None]
+    if generation_version is not None:
+        for _, result in results:
+            with_trainer_policy_version(result, generation_version)
 
     def target(kind: str, ref: Any) -> int:
         rid = rollout_id(step, ref.group, ref.index)
@@ -255,13 +264,22 @@ def zero_call_capture(result: dict[str, Any]) -> dict[str, Any]:
 
 
 def bump_policy_version(result: dict[str, Any]) -> dict[str, Any]:
-    """Every token-bearing item (and full-shape record) claims one policy version later."""
+    """Every call of the rollout claims one policy version later.
+
+    The trainer's ``trainer_policy_version`` label goes up by one (Gym's items carry no version; a
+    result without a label gets 1, one later than the implicit 0), and so does any item- or
+    record-level ``policy_version`` a non-Gym producer wrote, which would override the label.
+    """
     out = copy.deepcopy(result)
     resp = _response(out)
+    labelled = resp is not out  # a bare response (no `/run` envelope) has nowhere to hold the label
+    if labelled:
+        out[TRAINER_POLICY_VERSION] = int(out.get(TRAINER_POLICY_VERSION) or 0) + 1
     touched = False
     for item in resp.get("output", []):
         if _is_token_item(item):
-            item["policy_version"] = int(item.get("policy_version") or 0) + 1
+            if not labelled or "policy_version" in item:
+                item["policy_version"] = int(item.get("policy_version") or 0) + 1
             touched = True
     for key in _RECORD_KEYS:
         for rec in resp.get(key) or []:

@@ -8,6 +8,13 @@ Flavours (gym-contract.md §1, §5, §8):
 - ``osworld`` (`osworld`): OSWorld's dict emitter.
 - ``none`` (`plain`): an ordinary Gym response, no contract (the legacy single-trace path).
 
+Every flavour's output items are exactly Gym's: no per-item ``policy_version`` (Gym 0.7.0 drops the
+server's top-level ``policy_version``, so no Gym payload carries one, and no scenario needs a
+non-Gym flavour that does). The generation version a trainer needs comes from its own bookkeeping:
+the collector labels each `/run` result with ``trainer_policy_version``
+(`compactsim.harness.core.contract.TRAINER_POLICY_VERSION`), as NeMo-RL labels rows with its sync
+step, and the ingest reads it. The ground-truth log keeps the version the server reported per call.
+
 `result.emit_result` wraps the response the way Gym's `/run` returns it to a trainer; `live`
 is gym-check's live-mode emitter (it drives `CompactionSession` directly).
 """

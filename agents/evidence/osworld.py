@@ -7,6 +7,10 @@ the contract carries ``identity_source`` / ``trajectory_contract_id``, metadata 
 ``model_call_id`` / ``environment_step`` / ``parse_attempt`` / ``accepted`` / ``parse_error``,
 lineage dispositions are ``"retained"``, and its canonical JSON uses ``allow_nan=False`` without
 ``default=repr``. `output` holds one assistant message per model call carrying the tokens.
+
+Like every flavour, its items carry no per-item ``policy_version``: OSWorld's emitter is a Gym agent,
+which never sees the server's version, and no scenario needs a version that changes inside one
+rollout. The trainer's ``trainer_policy_version`` label on the `/run` result supplies it.
 """
 
 from __future__ import annotations
@@ -183,8 +187,6 @@ def emit_osworld(record: RolloutRecord) -> dict[str, Any]:
         token_item = call.token_item
         if token_item.get("routed_experts") is not None:
             item["routed_experts"] = token_item["routed_experts"]
-        if call.policy_version is not None:
-            item["policy_version"] = call.policy_version
         output.append(item)
         previous_context, previous_media = prompt + sampled, media_ids
         previous_view, previous_transform = view, transform

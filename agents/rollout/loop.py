@@ -190,7 +190,8 @@ class ScriptedAgent:
             except CallFailed as exc:
                 failure = RolloutFailure(exc.kind, turn, len(exc.attempts), exc.detail, exc.attempts)
                 break
-            output = _with_policy_version(response)
+            # exactly Gym's items: Gym drops the server's top-level `policy_version` (the call log keeps it)
+            output = [gym_output_item(it) for it in response.get("output", [])]
             incomplete = response.get("incomplete_details") or None
             finish = incomplete.get("reason") if isinstance(incomplete, dict) else None
             try:
@@ -262,17 +263,6 @@ def _attempt_body(body: Mapping[str, Any], attempt: int, *, chat: bool, hint: bo
     if hint and attempt > 1:
         body = {**body, "metadata": {**body.get("metadata", {}), "compactsim_attempt": str(attempt)}}
     return chat_body(body) if chat else body
-
-
-def _with_policy_version(response: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """The output items shaped as Gym stores them, with the server's `policy_version` on the token-bearing item."""
-    version = response.get("policy_version")
-    output = [gym_output_item(it) for it in response.get("output", [])]
-    if isinstance(version, int) and not isinstance(version, bool):
-        for item in output:
-            if "generation_token_ids" in item:
-                item["policy_version"] = version
-    return output
 
 
 __all__ = ["CallFailed", "RetryPolicy", "ScriptedAgent", "post_json"]

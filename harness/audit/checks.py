@@ -45,11 +45,12 @@ class Tolerances:
     lr_rtol: float = 1e-12
     update_atol: float = 1e-12
     update_rtol: float = 1e-6
-    #: Low precision only: a fraction of the step's learning rate added to `update_atol`. Adam divides the
-    #: gradient by its own magnitude, so where the true gradient is ~0 (e.g. attention key biases) a
-    #: float32 trainer's rounding noise becomes an update of up to ~lr; a missing or doubled update is
-    #: still ≥ lr on every moving parameter.
-    update_lr_fraction: float = 0.0
+    #: A fraction of the step's learning rate added to `update_atol`. Adam divides the gradient by its own
+    #: magnitude (plus eps = 1e-8), so where the true gradient is ~0 (e.g. attention key biases) rounding
+    #: noise that depends on the summation order becomes an update of ~lr·noise/eps: ~1e-9·lr in float64
+    #: (bound 1e-6·lr, so a trainer that merely accumulates in another order is not a finding), up to ~lr
+    #: in float32. A missing, doubled or mis-scaled update is ≥ lr on every moving parameter.
+    update_lr_fraction: float = 1e-6
     #: The trainer stores its weights in its dtype: half a unit in the last place of the weight itself
     #: (2^-24 for float32, 2^-9 for bfloat16), relative to the expected weight.
     weight_rtol: float = 0.0

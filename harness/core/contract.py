@@ -15,6 +15,12 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, Stri
 CONTRACT_KEYS: tuple[str, ...] = ("context_compaction_contract", "rollout_trace_contract")
 #: The three fields that make an output item token-bearing; Gym requires all three together.
 TOKEN_FIELDS: tuple[str, ...] = ("prompt_token_ids", "generation_token_ids", "generation_log_probs")
+#: Key a trainer's collector adds to each `/run` result (next to ``response`` and ``reward``): the
+#: policy version it had synced to the generation server when it collected the rollout, from its own
+#: bookkeeping (as NeMo-RL labels rows with its sync step). Gym 0.7.0 drops the server's
+#: ``policy_version``, so Gym's output items carry none; the ingest fills every call without an
+#: item-level version from this label. Not a Gym field.
+TRAINER_POLICY_VERSION: str = "trainer_policy_version"
 
 #: Integers beyond this magnitude are not exact in a float64, so they cannot be a logprob or a
 #: reward (and `float()` of a much larger one raises OverflowError instead of a typed error).
@@ -172,11 +178,20 @@ class RunResult(_Tolerant):
     instance_config: InstanceConfig | None = None
 
 
+def with_trainer_policy_version(result: dict[str, Any], version: int) -> dict[str, Any]:
+    """Label one `/run` result (in place, and returned) with the trainer's generation version."""
+    if not isinstance(version, int) or isinstance(version, bool) or not 0 <= version < INT32_LIMIT:
+        raise ValueError(f"a generation policy version is a non-negative int32, got {version!r}")
+    result[TRAINER_POLICY_VERSION] = version
+    return result
+
+
 __all__ = [
     "CONTRACT_KEYS",
     "FLOAT_EXACT_INT",
     "INT32_LIMIT",
     "TOKEN_FIELDS",
+    "TRAINER_POLICY_VERSION",
     "BoundaryEventModel",
     "CallRecord",
     "GenerationContract",
@@ -189,4 +204,5 @@ __all__ = [
     "RolloutContract",
     "RunResult",
     "TokenFields",
+    "with_trainer_policy_version",
 ]

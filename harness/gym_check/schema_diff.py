@@ -34,8 +34,13 @@ ALTERNATIVES: tuple[frozenset[str], ...] = (
     frozenset({"context_compaction_contract", "rollout_trace_contract"}),
     frozenset({"model_call_metadata", "completion_evidence"}),
 )
-#: Fields our models add for compactsim's own producers; a Gym revision never emits them.
-COMPACTSIM_EXTENSIONS: frozenset[str] = frozenset({"policy_version"})
+#: Fields our models add for compactsim's own producers; a Gym revision never emits them. None today:
+#: compactsim's agents emit exactly Gym's fields in every flavour (issue 14 item 3).
+COMPACTSIM_EXTENSIONS: frozenset[str] = frozenset()
+#: Fields the planner still accepts from non-Gym producers, which a Gym revision never emits because
+#: the trainer supplies them from its own bookkeeping: the generation version comes from the result's
+#: ``trainer_policy_version`` label (Gym drops the server's ``policy_version``).
+TRAINER_SUPPLIED: dict[str, str] = {"policy_version": "trainer_policy_version"}
 MAX_DEPTH = 16
 Path = tuple[str, ...]
 
@@ -411,7 +416,10 @@ class _Differ:
             if name in renamed_old:
                 continue
             group = next((g for g in ALTERNATIVES if name in g), None)
-            if name in COMPACTSIM_EXTENSIONS:
+            if name in TRAINER_SUPPLIED:
+                severity, why = "info", (f"not a Gym field; the trainer supplies it from its own bookkeeping "
+                                         f"(the result's {TRAINER_SUPPLIED[name]!r} label)")
+            elif name in COMPACTSIM_EXTENSIONS:
                 severity, why = "info", "a compactsim extension; Gym never emits it"
             elif group is not None and not path and any(alt in t_props for alt in group - {name}):
                 severity, why = "info", f"the revision uses the alternative {sorted(group & set(t_props))[0]!r}"
@@ -458,7 +466,7 @@ class _Differ:
 
         scored: list[tuple[tuple[int, int, float], str, str]] = []
         for old in removed:
-            if old in COMPACTSIM_EXTENSIONS or any(old in g for g in ALTERNATIVES):
+            if old in COMPACTSIM_EXTENSIONS or old in TRAINER_SUPPLIED or any(old in g for g in ALTERNATIVES):
                 continue
             for new in added:
                 if not _same_type(t_props[new], self.t_defs, o_props[old], self.o_defs):
@@ -593,6 +601,7 @@ def apply_transform(response: dict[str, Any], transform: Mapping[str, Any]) -> i
 __all__ = [
     "ALTERNATIVES",
     "COMPACTSIM_EXTENSIONS",
+    "TRAINER_SUPPLIED",
     "SEVERITY_ORDER",
     "Drift",
     "DriftKind",

@@ -21,6 +21,7 @@ from pydantic import ValidationError
 from compactsim.harness.core.contract import (
     CONTRACT_KEYS,
     TOKEN_FIELDS,
+    TRAINER_POLICY_VERSION,
     CallRecord,
     GymResponse,
     ObservedCompletion,
@@ -61,10 +62,6 @@ class Ingested:
     violations: tuple[Violation, ...]
 
 
-#: Result-level key a trainer's collector stamps with the policy version it synced to the generation
-#: server (its own bookkeeping, as NeMo-RL labels rows with its sync step). Real Gym drops the
-#: server's `policy_version`, so items from Gym carry none; this label fills them.
-TRAINER_POLICY_VERSION = "trainer_policy_version"
 
 
 def normalize_result(obj: object) -> RolloutEvidence:
@@ -100,8 +97,9 @@ def ingest_result(obj: object) -> Ingested:
     elif contract is not None:
         records = list(response.model_call_metadata or [])
     calls = _build_calls(token_items, records, rollout_id, flavour, violations)
+    # the trainer's own label (harness.core.contract.TRAINER_POLICY_VERSION); Gym never sends a version
     label = envelope.get(TRAINER_POLICY_VERSION) if envelope is not None else None
-    if isinstance(label, int) and not isinstance(label, bool):  # the trainer's own label; Gym never sends one
+    if isinstance(label, int) and not isinstance(label, bool):
         calls = [c if c.policy_version is not None else replace(c, policy_version=label) for c in calls]
     media_assets = _declared_assets(response, rollout_id)
     if contract is None:

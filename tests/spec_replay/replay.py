@@ -188,8 +188,11 @@ def read_rollout(obj: Any) -> Rollout:
         resp = obj["response"]
         reward = obj.get("reward")
         mask_sample = bool((obj.get("instance_config") or {}).get("mask_sample", False))
+        label = obj.get("trainer_policy_version")
     else:
-        resp, reward, mask_sample = obj, None, False
+        resp, reward, mask_sample, label = obj, None, False, None
+    if isinstance(label, bool) or not isinstance(label, int):
+        label = None
     if not isinstance(resp, Mapping) or not isinstance(resp.get("output"), list):
         raise Refusal("malformed_payload", None, None)
     hint = resp.get("id") if isinstance(resp.get("id"), str) else None
@@ -322,6 +325,8 @@ def read_rollout(obj: Any) -> Rollout:
         version = item.get("policy_version")
         if version is None and rec is not None:
             version = rec.get("policy_version")
+        if version is None:
+            version = label
         calls.append(Call(
             turn_id=turn,
             prompt=tuple(item["prompt_token_ids"]),

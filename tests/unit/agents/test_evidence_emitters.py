@@ -127,7 +127,7 @@ def test_plain_response_has_no_contract_and_keeps_the_token_items(k2_record):
     response = emit_response(k2_record, "none")
     assert not {"context_compaction_contract", "rollout_trace_contract", "model_call_metadata", "media_assets"} & set(response)
     assert len(_token_items(response)) == 6
-    assert all(it["policy_version"] == 0 for it in _token_items(response))
+    assert not any("policy_version" in it for it in _token_items(response))  # Gym drops the server's version
 
 
 def test_identity_rollout_without_contract_plans_as_one_single_trace(run_agent, spec_for):

@@ -31,7 +31,7 @@ def collect_rollouts(scenario: str = "pr-validation-image-compaction-k2", *, see
     """Collected rollouts (results + ground truth) of prompt groups `groups`, generated at policy version 0."""
     run = run_config(scenario, seed=seed, dtype=dtype)
     with open_servers(run, trainer_config(run), max(groups) + 1) as clients:
-        return collect_groups(clients, run, groups)
+        return collect_groups(clients, run, groups, generation_version=0)  # fresh servers: the start version
 
 
 def make_cfg(*, dtype: str = "float64", overrides: Mapping[str, Any] | None = None, **settings: Any) -> TrainerConfig:

@@ -56,7 +56,8 @@ def run_step(scenario: Scenario, step: int = 0) -> StepOutcome:
     batch = None
     error = None
     try:
-        for result in step_results(scenario, step, collected):
+        # fresh in-process servers: the generation server is at the trainer's start version, 0
+        for result in step_results(scenario, step, collected, generation_version=0):
             plans.append(plan_rollout(result))
         batch = materialize(plans, scenario.trainer_config())
     except ContractError as exc:

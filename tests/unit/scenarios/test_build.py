@@ -88,10 +88,21 @@ def _fake(rid: str, result=None):
 
 def test_step_results_keep_completed_rollouts_in_slot_order():
     s = _s(group_size=3)
-    out = step_results(s, 0, [_fake("s0-g0-r2", {"n": 2}), _fake("s0-g0-r0", {"n": 0}), _fake("s0-g0-r1", None)])
+    out = step_results(s, 0, [_fake("s0-g0-r2", {"n": 2}), _fake("s0-g0-r0", {"n": 0}), _fake("s0-g0-r1", None)],
+                       generation_version=None)
     assert out == [{"n": 0}, {"n": 2}]
     with pytest.raises(ConfigError, match="not part of step 0"):
-        step_results(s, 0, [_fake("s1-g0-r0", {})])
+        step_results(s, 0, [_fake("s1-g0-r0", {})], generation_version=None)
+
+
+def test_step_results_label_every_result_with_the_trainers_generation_version():
+    s = _s(group_size=2)
+    out = step_results(s, 0, [_fake("s0-g0-r0", {"n": 0}), _fake("s0-g0-r1", {"n": 1})], generation_version=3)
+    assert out == [{"n": 0, "trainer_policy_version": 3}, {"n": 1, "trainer_policy_version": 3}]
+
+
+def _labelled(result, version):
+    return {**result, "trainer_policy_version": version}
 
 
 @pytest.fixture(scope="module")
@@ -103,8 +114,8 @@ def collected():
 def test_step_results_apply_the_mutation_to_its_target_only(collected):
     s, col = collected
     mutated = s.model_validate({**s.to_data(), "mutation": {"name": "ghost_media", "index": 1}})
-    a, b = step_results(mutated, 0, col)
-    assert a == col[0].result
+    a, b = step_results(mutated, 0, col, generation_version=0)
+    assert a == _labelled(col[0].result, 0)
     assert b["response"]["model_call_metadata"][-1]["media_ids"][-1] == "ghost"
     assert "ghost" not in col[1].result["response"]["model_call_metadata"][-1]["media_ids"]  # input untouched
 
@@ -112,18 +123,20 @@ def test_step_results_apply_the_mutation_to_its_target_only(collected):
 @pytest.mark.parametrize(
     ("kind", "check"),
     [
-        ("duplicate_rollout", lambda out, col: out == [col[0].result, col[1].result, col[1].result]),
-        ("drop_rollout", lambda out, col: out == [col[0].result]),
+        ("duplicate_rollout", lambda out, col: out == [_labelled(col[0].result, 2), _labelled(col[1].result, 2),
+                                                        _labelled(col[1].result, 2)]),
+        ("drop_rollout", lambda out, col: out == [_labelled(col[0].result, 2)]),
         ("zero_call_capture", lambda out, col: out[1]["response"]["model_call_metadata"] == []
          and all(it.get("generation_token_ids") is None for it in out[1]["response"]["output"])),
-        ("bump_policy_version", lambda out, col: {it["policy_version"] for it in out[1]["response"]["output"]
-                                                  if "generation_token_ids" in it} == {1}),
+        # the label goes up; Gym's items still carry no version
+        ("bump_policy_version", lambda out, col: [r["trainer_policy_version"] for r in out] == [2, 3]
+         and not any("policy_version" in it for r in out for it in r["response"]["output"])),
     ],
 )
 def test_step_results_apply_each_batch_corruption(collected, kind, check):
     s, col = collected
     corrupted = s.model_validate({**s.to_data(), "corruption": {"kind": kind, "index": 1}})
-    assert check(step_results(corrupted, 0, col), col)
+    assert check(step_results(corrupted, 0, col, generation_version=2), col)
 
 
 def test_a_target_that_did_not_complete_or_cannot_be_mutated_is_reported(collected):
@@ -131,10 +144,10 @@ def test_a_target_that_did_not_complete_or_cannot_be_mutated_is_reported(collect
     failed = [col[0], _fake("s0-g0-r1", None)]
     mutated = s.model_validate({**s.to_data(), "mutation": {"name": "ghost_media", "index": 1}})
     with pytest.raises(ConfigError, match="mutation target 's0-g0-r1' of scenario 'b' did not complete"):
-        step_results(mutated, 0, failed)
+        step_results(mutated, 0, failed, generation_version=0)
     flat = _s(mutation={"name": "spoof_append_declaration", "index": 0})
     with pytest.raises(MutationNotApplicable):
-        step_results(flat, 0, collect_step(flat))
+        step_results(flat, 0, collect_step(flat), generation_version=0)
 
 
 def test_zero_call_capture_and_version_bump_leave_their_input_alone(collected):
