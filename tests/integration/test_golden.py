@@ -27,7 +27,7 @@ from compactsim.harness.golden import (
 from compactsim.harness.golden.rows_dump import RowsDumpError
 from compactsim.harness.runner import resolve_scenarios
 
-pytestmark = [pytest.mark.timeout(600), pytest.mark.filterwarnings("ignore::DeprecationWarning")]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600), pytest.mark.filterwarnings("ignore::DeprecationWarning")]
 
 SELECTION = [
     "several-boundaries-in-one-rollout",  # 7 rows per rollout, sentinels, one image per row

@@ -27,6 +27,9 @@ import pytest
 from compactsim.agents.collect.ray_local import LOCAL_RAY_ENV, check_ray_address
 from compactsim.harness.core.errors import ConfigError
 
+#: Real Ray clusters start in subprocesses: end-to-end work, left out of `make test-fast`.
+pytestmark = pytest.mark.slow
+
 BIN = Path(sys.executable).parent
 SCENARIOS = ("explicit-logprobs", "image-compaction-k2-rolling")
 

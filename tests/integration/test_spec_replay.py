@@ -22,7 +22,7 @@ from typer.testing import CliRunner
 REPO = Path(__file__).resolve().parents[2]
 REPLAY = REPO / "tests" / "spec_replay" / "replay.py"
 
-pytestmark = [pytest.mark.timeout(600), pytest.mark.filterwarnings("ignore::DeprecationWarning")]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600), pytest.mark.filterwarnings("ignore::DeprecationWarning")]
 
 #: Scenario → what the replay must write for its only step: the error triple, or None for rows.
 SELECTION: dict[str, tuple[str, str | None, int | None] | None] = {

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from compactsim.harness.cli import app
 from compactsim.harness.runner import RunOptions, resolve_scenarios, run_scenario
 
-pytestmark = [pytest.mark.timeout(600), pytest.mark.filterwarnings("ignore::DeprecationWarning")]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600), pytest.mark.filterwarnings("ignore::DeprecationWarning")]
 
 BROKEN = (
     "broadcast_first_advantage",
