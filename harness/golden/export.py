@@ -28,8 +28,10 @@ from pathlib import Path
 from typing import Any
 
 from compactsim.harness.audit.checks import Tolerances
+from compactsim.harness.core import metrics as M
 from compactsim.harness.core.errors import ConfigError
 from compactsim.harness.core.expectations import ScenarioExpectation
+from compactsim.harness.pipeline.loss import METRIC_KEYS as LOSS_METRIC_KEYS
 from compactsim.harness.golden.codec import (
     PayloadGroup,
     TrainerSettings,
@@ -85,25 +87,9 @@ class ExportResult:
 #: reproduce them. The goldens list the ones a scenario checks under ``policy_metrics``, and
 #: `compactsim verify` skips them unless ``--require-policy-metrics`` is given. Batch metrics (row,
 #: token and advantage counts) and step counts are computable from the payloads and stay demanded.
-POLICY_METRICS: frozenset[str] = frozenset({
-    "token_mult_prob_error",
-    "loss",
-    "actor_loss",
-    "kl_penalty",
-    "probs_ratio",
-    "probs_ratio_clamped",
-    "probs_ratio_min",
-    "probs_ratio_max",
-    "probs_ratio_clamped_min",
-    "probs_ratio_clamped_max",
-    "gen_kl_error",
-    "policy_kl_error",
-    "js_divergence_error",
-    "sampling_importance_ratio",
-    "approx_entropy",
-    "is_oob_ratio",
-    "grad_norm",
-})
+#: Every clipped-PG loss metric (the loss's own key list, so a new one is marked too) but the count
+#: of valid samples, plus the gradient norm.
+POLICY_METRICS: frozenset[str] = (frozenset(LOSS_METRIC_KEYS) - {"num_valid_samples"}) | {M.GRAD_NORM}
 
 
 def policy_metrics(expectation: ScenarioExpectation) -> list[str]:

@@ -28,16 +28,20 @@ from compactsim.harness.oracle.plan import PlanTruth, TraceTruth, routes_of
 from compactsim.harness.oracle.routes import CallRoutes, expected_row_routes
 
 
-def pixel_digest_of_data_url(url: str) -> str:
-    """sha256 of the image's RGB uint8 pixels, (H, W, 3) row-major, decoded with Pillow."""
+def decode_rgb(url: str) -> np.ndarray:
+    """A data-URL image as its RGB uint8 pixels, (H, W, 3) row-major, decoded with Pillow."""
     from PIL import Image
 
     head, sep, body = url.partition(",")
     if not sep or not head.startswith("data:image/") or not head.endswith(";base64"):
         raise ConfigError("invalid_argument", f"media data URL {url[:40]!r}: expected data:image/<type>;base64,...")
     with Image.open(io.BytesIO(base64.b64decode(body, validate=True))) as im:
-        rgb = np.asarray(im.convert("RGB"), dtype=np.uint8)  # (H, W, 3)
-    return hashlib.sha256(np.ascontiguousarray(rgb).tobytes()).hexdigest()
+        return np.asarray(im.convert("RGB"), dtype=np.uint8)  # (H, W, 3)
+
+
+def pixel_digest_of_data_url(url: str) -> str:
+    """sha256 of the image's RGB uint8 pixels, (H, W, 3) row-major (`decode_rgb`)."""
+    return hashlib.sha256(np.ascontiguousarray(decode_rgb(url)).tobytes()).hexdigest()
 
 
 def trace_routes(
@@ -123,4 +127,4 @@ def batch_route_layout(plans: Sequence[PlanTruth]) -> tuple[int, int] | None:
     return None
 
 
-__all__ = ["batch_route_layout", "expected_rows", "pixel_digest_of_data_url", "trace_routes"]
+__all__ = ["batch_route_layout", "decode_rgb", "expected_rows", "pixel_digest_of_data_url", "trace_routes"]

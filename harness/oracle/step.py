@@ -22,8 +22,6 @@ data-parallel layout, so a trainer whose accumulation or normalisation depends o
 
 from __future__ import annotations
 
-import base64
-import io
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -33,20 +31,15 @@ from compactsim.harness.core.errors import ConfigError
 from compactsim.harness.core.expectations import ExpectedRow
 from compactsim.harness.core.expectations import ExpectedTrainingStep as StepTruth
 from compactsim.harness.core.policy import TinyPolicy
+from compactsim.harness.oracle.rows import decode_rgb
 from compactsim.harness.oracle.optimizer import AdamState, adamw_update, clip, learning_rate
 from compactsim.harness.oracle.step_loss import NORMALIZER_EPS, row_loss
 from compactsim.harness.oracle.step_settings import StepSettings
 
 
 def decode_pixels(data_url: str) -> torch.Tensor:
-    """A data-URL image as (3, H, W) float64 RGB values k/255, decoded with Pillow."""
-    from PIL import Image
-
-    head, sep, body = data_url.partition(",")
-    if not sep or not head.startswith("data:image/") or not head.endswith(";base64"):
-        raise ConfigError("invalid_argument", f"media data URL {data_url[:40]!r}: expected data:image/<type>;base64,...")
-    with Image.open(io.BytesIO(base64.b64decode(body, validate=True))) as im:
-        rgb = np.asarray(im.convert("RGB"), dtype=np.float64)  # (H, W, 3)
+    """A data-URL image as (3, H, W) float64 RGB values k/255 (the pixels `decode_rgb` reads)."""
+    rgb = decode_rgb(data_url).astype(np.float64)  # (H, W, 3)
     return torch.from_numpy(rgb / 255.0).permute(2, 0, 1).contiguous()
 
 

@@ -21,7 +21,7 @@ from compactsim.harness.oracle.optimizer import AdamState
 from compactsim.harness.core.expectations import ExpectedTrainingStep as StepTruth
 from compactsim.harness.oracle.step import decode_pixels, expected_step
 from compactsim.harness.oracle.step_settings import StepSettings
-from compactsim.harness.oracle.truth import read_truth
+from compactsim.harness.oracle.truth import media_table
 
 
 def _pixels(logs: Sequence[Mapping[str, Any]], wanted: set[str], cache: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -29,7 +29,7 @@ def _pixels(logs: Sequence[Mapping[str, Any]], wanted: set[str], cache: dict[str
         missing = wanted - cache.keys()
         if not missing:
             break
-        media = read_truth(log).media
+        media = media_table(log)  # only the media table: no need to decode the calls
         for media_id in missing & media.keys():
             cache[media_id] = decode_pixels(media[media_id])
     return {m: cache[m] for m in wanted if m in cache}

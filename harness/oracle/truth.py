@@ -137,6 +137,12 @@ def _final_answer(calls: Sequence[Mapping[str, Any]]) -> str:
     return final_answer({"output": calls[-1]["received"].get("output_items") or []})
 
 
+def media_table(log: Mapping[str, Any]) -> dict[str, str]:
+    """media id → data URL of a ground-truth log's media table (entries without pixels left out)."""
+    table = {mid: m.get("data_url") for mid, m in (log.get("media") or {}).items() if isinstance(m, Mapping)}
+    return {k: v for k, v in table.items() if isinstance(v, str)}
+
+
 def read_truth(log: Mapping[str, Any]) -> RolloutTruth:
     """Parse one ground-truth log; `ConfigError("invalid_argument")` when it is not one."""
     if not isinstance(log, Mapping) or log.get("format") != GROUND_TRUTH_FORMAT:
@@ -167,7 +173,7 @@ def read_truth(log: Mapping[str, Any]) -> RolloutTruth:
                 response_id=rec.get("response_id"),
             )
         )
-    media = {mid: m.get("data_url") for mid, m in (log.get("media") or {}).items() if isinstance(m, Mapping)}
+    media = media_table(log)
     reward = outcome.get("reward")
     return RolloutTruth(
         spec_rollout_id=str(rollout["rollout_id"]),
@@ -177,7 +183,7 @@ def read_truth(log: Mapping[str, Any]) -> RolloutTruth:
         flavour=str(rollout["flavour"]),
         completed=outcome.get("status") == "completed",
         calls=tuple(calls),
-        media={k: v for k, v in media.items() if isinstance(v, str)},
+        media=media,
         logged_reward=None if reward is None else float(reward),
         logged_mask_sample=bool(outcome.get("mask_sample", False)),
         final_answer=_final_answer(log["calls"]),
