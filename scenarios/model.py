@@ -299,7 +299,9 @@ class Scenario(_Strict):
     script: ScriptSpec = ScriptSpec(generate=TurnsGenerator())
     compaction: CompactionRef = "identity"
     flavour: Flavour = "gym-0.7.0-transport"
-    endpoint: Literal["responses", "chat"] = "responses"
+    #: "chat" is the route Gym's model servers take (they down-convert every Responses call to chat
+    #: completions); "responses" stands for a responses-native server that is passed through.
+    endpoint: Literal["responses", "chat"] = "chat"
     send_required_prefix: bool | None = None
     max_steps: int | None = Field(None, ge=1)
     max_output_tokens: int | None = Field(None, ge=1)

@@ -18,10 +18,11 @@ from typing import Any, Literal, Protocol
 
 import httpx
 
+from compactsim.agents.collect.ray_local import local_ray
 from compactsim.agents.evidence import emit_response, emit_result, responses_create_params
 from compactsim.agents.rollout.ground_truth import ground_truth_log
+from compactsim.agents.rollout.gym_response import IdMint, derived_id
 from compactsim.agents.rollout.loop import CallFailed, RetryPolicy, ScriptedAgent, post_json
-from compactsim.agents.collect.ray_local import local_ray
 from compactsim.agents.rollout.record import RolloutFailure, RolloutRecord
 from compactsim.agents.rollout.script import RolloutSpec
 from compactsim.harness.core.digests import canonical_digest
@@ -94,11 +95,15 @@ def run_rollout(
     reward_client: httpx.Client | None = None,
     retry: RetryPolicy = RetryPolicy(),
     index: int = 0,
+    mint: IdMint = derived_id,
 ) -> CollectedRollout:
-    """One rollout end to end: agent loop, reward, evidence in the spec's flavour, ground truth."""
+    """One rollout end to end: agent loop, reward, evidence in the spec's flavour, ground truth.
+
+    `mint` makes the chat route's item ids (a live check replays the ones Gym minted).
+    """
     start = time.perf_counter()
     model = _TimedClient(model_client)
-    record = ScriptedAgent(model, retry=retry).run(spec)  # type: ignore[arg-type]
+    record = ScriptedAgent(model, retry=retry, mint=mint).run(spec)  # type: ignore[arg-type]
     server_s = model.seconds
     reward: float | None = None
     masked = False

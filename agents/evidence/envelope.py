@@ -5,7 +5,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from compactsim.agents.rollout.gym_response import RESPONSE_FIELDS, add_usage
 from compactsim.agents.rollout.record import RolloutRecord
+from compactsim.agents.rollout.script import task_params
 
 
 def require_calls(record: RolloutRecord) -> None:
@@ -19,38 +21,37 @@ def require_calls(record: RolloutRecord) -> None:
         raise ValueError(f"rollout {record.rollout_id!r} made no model call; there is nothing to emit")
 
 
-def _usage(record: RolloutRecord) -> dict[str, int] | None:
-    totals = {"input_tokens": 0, "output_tokens": 0, "total_tokens": 0}
-    seen = False
+def _usage(record: RolloutRecord) -> dict[str, Any] | None:
+    """Every call's usage added up as Gym's agent does (`add_usage`); None when no call reported any."""
+    total: dict[str, Any] | None = None
     for call in record.calls:
         usage = call.response.get("usage")
         if isinstance(usage, Mapping):
-            seen = True
-            for key in totals:
-                value = usage.get(key)
-                if isinstance(value, int):
-                    totals[key] += value
-    return totals if seen else None
+            total = add_usage(total, usage)
+    return total
 
 
 def response_envelope(record: RolloutRecord, output: list[Mapping[str, Any]]) -> dict[str, Any]:
-    """The openai `Response` envelope of the last call, with the episode's `output` and summed usage."""
+    """The last call's `Response` with the episode's `output` and summed usage, as Gym's agent returns it.
+
+    Every field of Gym's dump is present (null when the model server did not set it); a
+    responses-route call, whose server sets fewer, falls back to the sampling config for the rest.
+    """
     last = record.calls[-1].response
-    envelope: dict[str, Any] = {
+    sampling = record.spec.sampling
+    envelope: dict[str, Any] = {field: last.get(field) for field in RESPONSE_FIELDS}
+    envelope.update({
         "id": last.get("id", f"resp_{record.rollout_id}"),
         "created_at": last.get("created_at", 0),
-        "model": last.get("model", record.spec.sampling.model or "policy"),
+        "model": last.get("model", sampling.model or "policy"),
         "object": "response",
         "status": last.get("status", "completed"),
-        "incomplete_details": last.get("incomplete_details"),
         "output": [dict(item) for item in output],
-        "parallel_tool_calls": last.get("parallel_tool_calls", record.spec.sampling.parallel_tool_calls),
-        "tool_choice": last.get("tool_choice", record.spec.sampling.tool_choice),
+        "parallel_tool_calls": last.get("parallel_tool_calls", sampling.parallel_tool_calls),
+        "tool_choice": last.get("tool_choice", sampling.tool_choice),
         "tools": list(last.get("tools") or []),
-    }
-    usage = _usage(record)
-    if usage is not None:
-        envelope["usage"] = usage
+        "usage": _usage(record),
+    })
     return envelope
 
 
@@ -88,4 +89,4 @@ def evidence_tail(record: RolloutRecord) -> dict[str, Any]:
 
 def responses_create_params(record: RolloutRecord) -> dict[str, Any]:
     """The `/run` request's `responses_create_params`: sampling fields plus the original input."""
-    return {**record.spec.sampling.body(), "input": [dict(it) for it in record.agent_input]}
+    return {**task_params(record.spec), "input": [dict(it) for it in record.agent_input]}

@@ -3,14 +3,17 @@
 Gym's `vllm_model_with_compaction` converts each `/v1/responses` request to a Chat Completions
 call with ``logprobs``, ``return_token_ids`` and ``return_tokens_as_token_ids`` on, forwards
 `required_prefix_token_ids` verbatim, and turns the completion back into Responses output items
-with the token fields on the **last** item. The agent can take this route itself
-(`RolloutSpec.endpoint = "chat"`); the evidence is the same tokens, so the same traces.
+with the token fields on the **last** item. The agent takes this route by default
+(`RolloutSpec.endpoint = "chat"`), so its evidence is Gym's (`gym_response`); the responses route
+gives the same tokens, so the same traces, with the ids a responses-native server mints.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from typing import Any
+
+from compactsim.agents.rollout.gym_response import ECHOED_FIELDS, UNSET_FIELDS, IdMint, derived_id, response_usage
 
 _ASSISTANT_SIDE = ("reasoning", "function_call")
 
@@ -115,25 +118,33 @@ def completion_problem(data: Any) -> str | None:
     return None
 
 
-def completion_to_response(data: Mapping[str, Any]) -> dict[str, Any]:
-    """A chat completion → a Responses body: reasoning, message, function calls; tokens on the last item."""
+def completion_to_response(
+    data: Mapping[str, Any], request: Mapping[str, Any] | None = None, *, mint: IdMint = derived_id
+) -> dict[str, Any]:
+    """A chat completion → the `Response` Gym's model server returns for `request` (the Responses body).
+
+    Items: reasoning, then the assistant message (also when nothing else came back), then one item
+    per tool call whose item id is its ``call_id``; the token fields ride on the **last** item.
+    The envelope echoes the request's sampling fields (`gym_response`). ``policy_version`` is kept
+    for the call log only: Gym drops it.
+    """
+    request = request or {}
     choice = data["choices"][0]
     message = choice["message"]
-    rid = str(data.get("id", "chatcmpl")).removeprefix("chatcmpl-")[:12]
+    completion_id = str(data.get("id", "chatcmpl"))
     output: list[dict[str, Any]] = []
     if message.get("reasoning_content") is not None:
-        output.append({"type": "reasoning", "id": f"rs_{rid}_{len(output)}",
+        output.append({"type": "reasoning", "id": mint("rs", completion_id, 0),
                        "summary": [{"type": "summary_text", "text": message["reasoning_content"]}]})
-    if message.get("content"):
-        output.append({"type": "message", "id": f"msg_{rid}_{len(output)}", "role": "assistant", "status": "completed",
-                       "content": [{"type": "output_text", "text": message["content"], "annotations": []}]})
-    for call in message.get("tool_calls") or []:
+    calls = message.get("tool_calls") or []
+    if message.get("content") or not (output or calls):
+        output.append({"type": "message", "id": mint("msg", completion_id, 0), "role": "assistant",
+                       "status": "completed",
+                       "content": [{"type": "output_text", "text": message.get("content") or "", "annotations": []}]})
+    for call in calls:
         fn = call.get("function") or {}
-        output.append({"type": "function_call", "id": f"fc_{rid}_{len(output)}", "call_id": call.get("id"),
+        output.append({"type": "function_call", "id": call.get("id"), "call_id": call.get("id"),
                        "name": fn.get("name"), "arguments": fn.get("arguments", ""), "status": "completed"})
-    if not output:
-        output.append({"type": "message", "id": f"msg_{rid}_0", "role": "assistant", "status": "completed",
-                       "content": [{"type": "output_text", "text": "", "annotations": []}]})
     last = output[-1]
     if "prompt_token_ids" in data:
         last["prompt_token_ids"] = list(data["prompt_token_ids"])
@@ -144,22 +155,25 @@ def completion_to_response(data: Mapping[str, Any]) -> dict[str, Any]:
         last["generation_log_probs"] = [entry.get("logprob") for entry in logprobs["content"]]
     last["routed_experts"] = message.get("routed_experts")
     length = choice.get("finish_reason") == "length"
-    usage = data.get("usage") or {}
-    return {
-        "id": f"resp_{rid}",
+    response: dict[str, Any] = {field: request.get(field) for field in (*ECHOED_FIELDS, *UNSET_FIELDS)}
+    for field in UNSET_FIELDS:
+        response[field] = None
+    created = data.get("created", 0)
+    response.update({
+        "id": mint("resp", completion_id, 0),
         "object": "response",
-        "created_at": data.get("created", 0),
-        "model": data.get("model"),
+        "created_at": float(created) if isinstance(created, (int, float)) else 0.0,
+        "model": request.get("model") or data.get("model"),
         "status": "incomplete" if length else "completed",
         "incomplete_details": {"reason": "max_output_tokens"} if length else None,
         "output": output,
-        "parallel_tool_calls": True,
-        "tool_choice": "auto",
-        "tools": [],
-        "usage": {"input_tokens": usage.get("prompt_tokens", 0), "output_tokens": usage.get("completion_tokens", 0),
-                  "total_tokens": usage.get("total_tokens", 0)},
+        "parallel_tool_calls": request.get("parallel_tool_calls", True),
+        "tool_choice": request.get("tool_choice") if request.get("tool_choice") is not None else "auto",
+        "tools": list(request.get("tools") or []),
+        "usage": response_usage(data.get("usage")),
         "policy_version": data.get("policy_version"),
-    }
+    })
+    return response
 
 
 __all__ = ["chat_body", "completion_problem", "completion_to_response", "items_to_messages"]

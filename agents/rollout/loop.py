@@ -1,7 +1,7 @@
 """The scripted agent: a Gym-style multi-turn loop over HTTP with compaction, tools and bounded retries.
 
-For each step: prepare the compacted view, POST it to ``/v1/responses`` (or, converted the way
-Gym's model server converts it, to ``/v1/chat/completions``) (with
+For each step: prepare the compacted view, convert it the way Gym's model server does and POST it
+to ``/v1/chat/completions`` (or, for a responses-native server, to ``/v1/responses``) (with
 `required_prefix_token_ids` when the view extends the last one), record the exact evidence,
 answer every function call from the script, and stop after a turn without a tool call, at
 `max_steps`, or when generation hit its token budget (`finish_reason` length). Transient
@@ -21,10 +21,11 @@ from typing import Any
 
 import httpx
 
-from compactsim.agents.rollout.chat import chat_body, completion_problem, completion_to_response
-from compactsim.agents.rollout.gym_items import gym_input_items, gym_observation_item, gym_output_item
 from compactsim.agents.items import function_call_output, function_calls, input_text, user_message
 from compactsim.agents.media.arena import media_id_for
+from compactsim.agents.rollout.chat import chat_body, completion_problem, completion_to_response
+from compactsim.agents.rollout.gym_items import gym_input_items, gym_observation_item, gym_output_item
+from compactsim.agents.rollout.gym_response import IdMint, derived_id
 from compactsim.agents.rollout.record import (
     TRANSIENT_FAILURES,
     Attempt,
@@ -35,7 +36,7 @@ from compactsim.agents.rollout.record import (
     StopReason,
     record_from_session,
 )
-from compactsim.agents.rollout.script import RolloutSpec
+from compactsim.agents.rollout.script import RolloutSpec, task_params
 from compactsim.agents.rollout.session import CompactionSession, EvidenceViolation, build_generation_contract
 
 
@@ -149,6 +150,8 @@ class ScriptedAgent:
     #: default: like a Gym task's metadata, the agent sends only its rollout id, the same on every
     #: call, and retries with the identical body; the server derives turn and attempt (DESIGN §6b).
     send_turn_hints: bool = False
+    #: where the ``rs_``/``msg_``/``resp_`` ids of the chat route come from (Gym mints them with uuid4)
+    mint: IdMint = derived_id
 
     def __post_init__(self) -> None:
         timeout = getattr(self.client, "timeout", None)
@@ -163,7 +166,7 @@ class ScriptedAgent:
         for im in spec.script.task_images:
             image_specs[media_id_for(im.part(seed))] = im.model_dump(mode="json")
         contract = build_generation_contract(
-            sampling_config=spec.sampling.body(), model_server=spec.model_server, context_history=spec.context_history
+            sampling_config=task_params(spec), model_server=spec.model_server, context_history=spec.context_history
         )
         session = CompactionSession(spec.context_history, spec.rollout_id, contract, agent_input)
         calls: list[ModelCallLog] = []
@@ -186,7 +189,7 @@ class ScriptedAgent:
                     sleep=self.sleep,
                 )
                 if chat:
-                    response = completion_to_response(response)
+                    response = completion_to_response(response, body, mint=self.mint)
             except CallFailed as exc:
                 failure = RolloutFailure(exc.kind, turn, len(exc.attempts), exc.detail, exc.attempts)
                 break
@@ -228,12 +231,11 @@ class ScriptedAgent:
     def _body(
         self, spec: RolloutSpec, items: Any, prefix: tuple[int, ...] | None, turn: int
     ) -> dict[str, Any]:
-        body: dict[str, Any] = {**spec.sampling.body(), "input": [dict(it) for it in items]}
+        body: dict[str, Any] = {**task_params(spec), "input": [dict(it) for it in items]}
         if spec.sends_required_prefix:
             body["required_prefix_token_ids"] = list(prefix) if prefix is not None else None
-        body["metadata"] = {"compactsim_rollout_id": spec.rollout_id}
         if self.send_turn_hints:
-            body["metadata"]["compactsim_turn"] = str(turn)
+            body["metadata"] = {**body["metadata"], "compactsim_turn": str(turn)}
         return body
 
     def _tool_observations(

@@ -165,14 +165,28 @@ class RolloutSpec(_Strict):
     send_required_prefix: bool | None = None
     sampling: SamplingConfig = Field(default_factory=SamplingConfig)
     model_server: dict[str, str] = Field(default_factory=lambda: dict(DEFAULT_MODEL_SERVER))
-    #: "responses": POST /v1/responses; "chat": POST /v1/chat/completions the way Gym's model server does
-    endpoint: Literal["responses", "chat"] = "responses"
+    #: "chat" (default): POST /v1/chat/completions and convert the answer the way Gym's model server
+    #: does, so the evidence is Gym's; "responses": POST /v1/responses to a responses-native server
+    endpoint: Literal["responses", "chat"] = "chat"
 
     @property
     def sends_required_prefix(self) -> bool:
         if self.send_required_prefix is not None:
             return self.send_required_prefix
         return self.flavour != "none"
+
+
+#: The task metadata key naming the rollout (Gym forwards a task's metadata on every model call).
+ROLLOUT_KEY = "compactsim_rollout_id"
+
+
+def task_params(spec: RolloutSpec) -> dict[str, Any]:
+    """The task's `responses_create_params` without `input`: sampling fields plus the rollout-id metadata.
+
+    Gym's agent sends these on every call and builds `sampling_contract_id` from them (metadata
+    included), and its model server echoes them into each `Response`.
+    """
+    return {**spec.sampling.body(), "metadata": {ROLLOUT_KEY: spec.rollout_id}}
 
 
 def scripted_turns(
@@ -241,7 +255,9 @@ def _observation_images(turn: int, count: int, pattern: str) -> tuple[ImageSpec,
 
 
 __all__ = [
+    "task_params",
     "DEFAULT_MODEL_SERVER",
+    "ROLLOUT_KEY",
     "Flavour",
     "ImageSpec",
     "RolloutScript",

@@ -234,17 +234,24 @@ class FieldDiff:
 _MISSING = "<absent>"
 
 
-def compare_payloads(real: Any, ours: Any, *, path: str = "", limit: int = 200) -> list[FieldDiff]:
-    """Every leaf where `ours` differs from `real` (absent and null keys count as equal)."""
+def compare_payloads(real: Any, ours: Any, *, path: str = "", limit: int = 200, strict: bool = False) -> list[FieldDiff]:
+    """Every leaf where `ours` differs from `real`.
+
+    Lenient (default): absent and null keys count as equal. `strict`: they do not, and a number
+    must have the same JSON type too (``0`` vs ``0.0``, ``1`` vs ``true``).
+    """
     out: list[FieldDiff] = []
 
     def walk(a: Any, b: Any, where: str) -> None:
         if len(out) >= limit:
             return
+        if strict and _json_type(a) != _json_type(b):
+            out.append(FieldDiff(where or "<root>", a, b))
+            return
         if isinstance(a, Mapping) and isinstance(b, Mapping):
             for key in sorted(set(a) | set(b), key=str):
                 va, vb = a.get(key), b.get(key)
-                if va is None and vb is None:
+                if va is None and vb is None and not strict:
                     continue
                 walk(a[key] if key in a else _MISSING, b[key] if key in b else _MISSING, f"{where}.{key}" if where else str(key))
         elif isinstance(a, list) and isinstance(b, list):
@@ -257,6 +264,22 @@ def compare_payloads(real: Any, ours: Any, *, path: str = "", limit: int = 200) 
 
     walk(real, ours, path)
     return out
+
+
+def _json_type(value: Any) -> str:
+    if value is _MISSING:
+        return "absent"
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int):
+        return "int"
+    if isinstance(value, float):
+        return "float"
+    if isinstance(value, Mapping):
+        return "object"
+    if isinstance(value, list | tuple):
+        return "array"
+    return type(value).__name__
 
 
 def load_hook(spec: str) -> Callable[[LiveScript], Mapping[str, Any]] | None:

@@ -28,7 +28,7 @@ from compactsim.harness.gym_check.gym_stack import GymApps, ThreadServer, gym_co
 from compactsim.harness.gym_check.gym_truth import gym_ground_truth
 from compactsim.harness.gym_check.live import compare_payloads
 from compactsim.harness.gym_check.schema_diff import Drift
-from compactsim.harness.gym_check.wire import ROLLOUT_KEY, MockResources, WireRecorder, wire_summary
+from compactsim.harness.gym_check.wire import MockResources, WireRecorder, wire_summary
 
 LIVE_TAG = "live"
 #: Seconds one `/run` may take (a scripted rollout takes well under a second; retries add Gym's backoff).
@@ -66,7 +66,9 @@ def tool_outputs(specs: Sequence[Any]) -> dict[str, list[str]]:
 
 def run_body(spec: Any) -> dict[str, Any]:
     """Gym's `/run` request for `spec`: the task, sampling fields, our rollout key and the contract identity."""
-    params = {**spec.sampling.body(), "input": spec.script.agent_input(spec.seed), "metadata": {ROLLOUT_KEY: spec.rollout_id}}
+    from compactsim.agents.rollout.script import task_params  # noqa: PLC0415
+
+    params = {**task_params(spec), "input": spec.script.agent_input(spec.seed)}
     return {
         "responses_create_params": params,
         "context_compaction_rollout_id": spec.rollout_id,
@@ -127,23 +129,38 @@ def _response(result: Mapping[str, Any]) -> Mapping[str, Any]:
 
 
 def compare_with_ours(scenario: Any, gym_results: Mapping[str, Mapping[str, Any] | None]) -> dict[str, Any]:
-    """Our agents on the same scenario (fresh in-process server), each response compared with Gym's."""
-    from compactsim.scenarios.execute import collect_step  # noqa: PLC0415
+    """Our agents on the same scenario (fresh in-process server), each response compared with Gym's, strictly.
+
+    The revision mints its ``resp_``/``rs_``/``msg_`` ids with `uuid4`, the one random input of a
+    Gym rollout; our agent replays them (`ReplayMint`), so every id and digest built on them must
+    come out equal too. Strict: a key present on one side only is a difference even when null, and
+    ``0`` is not ``0.0``.
+    """
+    from compactsim.agents.collect.rollouts import run_rollout  # noqa: PLC0415
+    from compactsim.agents.rollout.gym_response import ReplayMint  # noqa: PLC0415
+    from compactsim.scenarios.build import step_specs  # noqa: PLC0415
+    from compactsim.scenarios.execute import in_process_servers  # noqa: PLC0415
 
     rollouts = []
     for step in range(scenario.steps):
-        for c in collect_step(scenario, step):
-            real = gym_results.get(c.rollout_id)
-            if real is None or c.result is None:
-                rollouts.append({"rollout_id": c.rollout_id, "summary": "not compared: a side failed", "diffs": []})
-                continue
-            diffs = compare_payloads(_response(real), _response(c.result), limit=1000)
-            rollouts.append({"rollout_id": c.rollout_id, "summary": f"{len(diffs)} field(s) differ" if diffs else "identical",
-                             "diffs": [d.to_json() for d in diffs[:20]], "all_paths": [d.path for d in diffs]})
+        with in_process_servers(scenario).open() as (model, reward):
+            for index, spec in enumerate(step_specs(scenario, step)):
+                real = gym_results.get(spec.rollout_id)
+                mint = ReplayMint.from_result(_response(real)) if real is not None else None
+                c = run_rollout(spec, model_client=model, reward_client=reward, index=index,
+                                **({"mint": mint} if mint is not None else {}))
+                if real is None or c.result is None:
+                    rollouts.append({"rollout_id": c.rollout_id, "summary": "not compared: a side failed", "diffs": []})
+                    continue
+                diffs = compare_payloads(_response(real), _response(c.result), limit=1000, strict=True)
+                rollouts.append({"rollout_id": c.rollout_id,
+                                 "summary": f"{len(diffs)} field(s) differ" if diffs else "identical",
+                                 "diffs": [d.to_json() for d in diffs[:20]], "all_paths": [d.path for d in diffs]})
     categories: Counter[str] = Counter()
     for r in rollouts:
         categories.update(diff_category(path) for path in r.pop("all_paths", []))
     return {"rollouts": rollouts, "identical": all(r["summary"] == "identical" for r in rollouts),
+            "ids": "replayed from the revision's result (uuid4 in Gym)",
             "categories": dict(sorted(categories.items()))}
 
 
@@ -227,6 +244,12 @@ def run_gym_live(python: Path, names: Sequence[str], out_dir: Path | None) -> tu
                 if not record.passed:
                     findings.append(Drift("planner_rejected", f"live:{scenario.name}", "blocking",
                                           f"the audit fails on the revision's own rollouts: {entry['findings'][:2] or entry['errors']}"))
+                unscripted = resources.unscripted()
+                if unscripted:
+                    entry["unscripted_tool_calls"] = unscripted[:10]
+                    findings.append(Drift("planner_rejected", f"live:{scenario.name}", "blocking",
+                                          f"{len(unscripted)} tool call(s) reached the resources server without a "
+                                          f"scripted output (first: {unscripted[0]}); the rollouts are not the script's"))
                 if collector.errors:
                     findings.append(Drift("planner_rejected", f"live:{scenario.name}", "blocking",
                                           f"the revision's agent failed: {next(iter(collector.errors.values()))}"))
@@ -235,7 +258,7 @@ def run_gym_live(python: Path, names: Sequence[str], out_dir: Path | None) -> tu
                 if not ours["identical"]:
                     first = next(r for r in ours["rollouts"] if r["summary"] != "identical")
                     where = first["diffs"][0]["path"] if first["diffs"] else first["summary"]
-                    findings.append(Drift("digest_rule", f"live:{scenario.name}", "warning",
+                    findings.append(Drift("digest_rule", f"live:{scenario.name}", "blocking",
                                           f"compactsim's agents emit something else than the revision for "
                                           f"{first['rollout_id']}: {first['summary']}, first {where}"))
                 entry["seconds"] = round(time.perf_counter() - t0, 2)

@@ -18,8 +18,9 @@ from typing import Any
 
 import httpx
 
-#: The rollout key we put in Gym's task metadata (Gym forwards it unchanged on every call).
-ROLLOUT_KEY = "compactsim_rollout_id"
+from compactsim.agents.rollout.script import ROLLOUT_KEY
+
+#: The cookie that carries the rollout id from `/seed_session` to each tool call (and back).
 _COOKIE = "compactsim_rollout"
 #: What NeMo-Gym 0.7.0's VLLMModelWithCompaction reads from a chat completion (reference "Wire facts"),
 #: as (path, required). A required field the server omits fails the call inside Gym.
@@ -53,6 +54,11 @@ class WireRecorder:
     def exchanges(self) -> list[dict[str, Any]]:
         with self._lock:
             return list(self._exchanges)
+
+    def unscripted(self) -> list[dict[str, Any]]:
+        """Tool calls the script had no output for (a lost rollout cookie, or a model that calls too often)."""
+        with self._lock:
+            return [dict(c) for c in self.calls if not c["scripted"]]
 
     def app(self) -> Any:
         from starlette.applications import Starlette  # noqa: PLC0415
@@ -111,10 +117,15 @@ class MockResources:
             k = self._next[rollout]
             self._next[rollout] += 1
             outs = self._tools.get(rollout, [])
-            self.calls.append({"rollout_id": rollout, "tool": name, "index": k})
+            self.calls.append({"rollout_id": rollout, "tool": name, "index": k, "scripted": k < len(outs)})
         if k >= len(outs):
             return 404, json.dumps({"error": f"no scripted result #{k} for rollout {rollout!r}"})
         return 200, outs[k]
+
+    def unscripted(self) -> list[dict[str, Any]]:
+        """Tool calls the script had no output for (a lost rollout cookie, or a model that calls too often)."""
+        with self._lock:
+            return [dict(c) for c in self.calls if not c["scripted"]]
 
     def app(self) -> Any:
         from starlette.applications import Starlette  # noqa: PLC0415
@@ -148,8 +159,13 @@ class MockResources:
             return JSONResponse(out)
 
         async def tool(request: Request) -> Response:
-            status, text = self._tool_output(request.cookies.get(_COOKIE, ""), request.path_params["name"])
-            return Response(text.encode("utf-8"), status_code=status, media_type="text/plain")
+            rollout = request.cookies.get(_COOKIE, "")
+            status, text = self._tool_output(rollout, request.path_params["name"])
+            response = Response(text.encode("utf-8"), status_code=status, media_type="text/plain")
+            # Gym's agent carries on with the cookies of the last answer (as a session middleware
+            # re-sends them on every response): without this a turn's second tool call is anonymous
+            response.set_cookie(_COOKIE, rollout)
+            return response
 
         return Starlette(routes=[
             Route("/seed_session", seed_session, methods=["POST"]),

@@ -96,6 +96,16 @@ def read_hints(metadata: Any) -> CallHints:
     return CallHints(rollout_id=rid, turn=_positive_int(md, "compactsim_turn"), attempt=_positive_int(md, "compactsim_attempt"))
 
 
+def call_item_id(seed: int, key: CallKey) -> str:
+    """The 12 hex digits in a call's tool-call ids (``call_<h>_<k>``): the server seed, rollout and turn.
+
+    Not the request body: the same call gets the same ids whatever the client encodes (Gym's model
+    server and compactsim's agent write different chat messages for one conversation) and on every
+    attempt of it.
+    """
+    return canonical_digest(["call", seed, key.rollout_id, key.turn])[:12]
+
+
 def call_digest(body: Mapping[str, Any]) -> str:
     """The digest that identifies a call across retries: the body without the ``compactsim_*`` hints.
 
@@ -376,7 +386,7 @@ class Engine:
             gen = self._scripted(prompt, ids, step, key, top_logprobs)
         else:
             gen = self._policy_generate(prompt, ids, key, request_digest, top_logprobs)
-        parsed = parse_completion(gen["sampled"], item_id=request_digest[:12])
+        parsed = parse_completion(gen["sampled"], item_id=call_item_id(self.settings.seed, key))
         return Generation(
             prompt_ids=prompt.token_ids,
             sampled_ids=tuple(gen["sampled"]),
@@ -486,6 +496,7 @@ __all__ = [
     "RequestRejected",
     "apply_content_faults",
     "call_digest",
+    "call_item_id",
     "check_prefix",
     "default_step",
     "opens_episode",

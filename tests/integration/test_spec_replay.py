@@ -39,7 +39,7 @@ SELECTION: dict[str, tuple[str, str | None, int | None] | None] = {
     "mutation-swapped-turn-ids": ("turn_order", "s0-g0-r1", 2),
     "mutation-dropped-call-record": ("metadata_count_mismatch", "s0-g0-r1", None),
     "mutation-digest-mismatch": ("evidence_digest_mismatch", "s0-g0-r1", 4),
-    "legacy-token-merge-drift": ("undeclared_discontinuity", "resp_b3b16b4ec1c7abd889cf580c", 2),
+    "legacy-token-merge-drift": ("undeclared_discontinuity", "resp_bf872b3cd6831974b04a20a63d638e70", 2),
     "batch-incomplete-group": ("incomplete_group", "s0-g0-r0", None),
     "routes-not-recorded": ("missing_routed_experts", None, None),
 }
@@ -125,7 +125,7 @@ def test_replay_rows_follow_the_spec_examples(dumps: tuple[Path, Path]):
     assert k2["pixel_digests"][0] == "e725fca01784fef67f1f66208a7efb90d85211833ae8711579b8189f7cfbb5b3"
     legacy = [r for r in rows if r["scenario"] == "legacy-group-without-identity"]
     assert [(r["logical_rollout_id"], r["parent_index"], r["rollout_advantage"]) for r in legacy] == [
-        ("resp_050f76433dbafddbdc5dc855", 0, -1.0), ("resp_9cc615f0bf515ed3cdec59df", 1, 1.0)]
+        ("resp_1db1f1c3ba26049a7f9b5fc0699d694c", 0, -1.0), ("resp_74e85cc1eacb772dccac1f12daf5e11b", 1, 1.0)]
     padding = [r for r in rows if r["scenario"] == "multi-group-padding" and r["parent_index"] == -1]
     assert len(padding) == 2
     mask = next(m["metrics"] for m in metrics if m["scenario"] == "mask-sample-rollouts")
