@@ -19,9 +19,11 @@ a 500, and never a dropped keep-alive connection:
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import json
 import logging
 import math
+import re
 import threading
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -86,6 +88,23 @@ def field_path(path: tuple[str | int, ...]) -> str:
     return out or "body"
 
 
+def _may_hold_unsafe_numbers(raw: bytes | str, int_digits: int) -> bool:
+    """Whether `raw` could hold an integer longer than `int_digits` or a float that overflows.
+
+    Both need a run of more than `int_digits` digits or a number with an exponent of three digits
+    or more (``1e999``); a body without either (almost every body: token arrays are short numbers)
+    is decoded without the per-number Python hooks. Text inside strings (base64 images) may match
+    too: that only costs the slow path.
+    """
+    pattern = _UNSAFE_NUMBER.get(int_digits)
+    if pattern is None:
+        pattern = _UNSAFE_NUMBER[int_digits] = re.compile(rb"[0-9]{%d}|(?<![0-9A-Za-z_.+/-])-?[0-9]+(?:\.[0-9]+)?[eE][+-]?[0-9]{3,}(?![0-9A-Za-z_])" % (int_digits + 1))
+    return pattern.search(raw.encode("utf-8") if isinstance(raw, str) else raw) is not None
+
+
+_UNSAFE_NUMBER: dict[int, re.Pattern[bytes]] = {}
+
+
 def load_json(raw: bytes, limits: JsonLimits) -> Any:
     """Decode `raw` under `limits`; `LimitExceeded` (422) on any problem, ``limit="json_syntax"`` for bad JSON."""
     cap = limits.max_int_digits
@@ -98,7 +117,10 @@ def load_json(raw: bytes, limits: JsonLimits) -> Any:
         return value if math.isfinite(value) else _NonFinite(text)
 
     try:
-        obj = json.loads(raw, parse_int=parse_int, parse_float=parse_float, parse_constant=_NonFinite)
+        if _may_hold_unsafe_numbers(raw, cap):
+            obj = json.loads(raw, parse_int=parse_int, parse_float=parse_float, parse_constant=_NonFinite)
+        else:  # the C decoder alone: no long integer, no constant, no exponent that could overflow
+            obj = json.loads(raw, parse_constant=_NonFinite)
     except RecursionError:
         raise LimitExceeded(422, "max_json_depth", "body",
                             f"JSON nesting is deeper than the limit of {limits.max_depth} levels") from None
@@ -108,6 +130,9 @@ def load_json(raw: bytes, limits: JsonLimits) -> Any:
         raise LimitExceeded(422, "json_syntax", "body", f"invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
     check_tree(obj, limits)
     return obj
+
+
+_PLAIN = frozenset({int, float, bool, type(None)})
 
 
 def check_tree(obj: Any, limits: JsonLimits) -> None:
@@ -134,8 +159,12 @@ def check_tree(obj: Any, limits: JsonLimits) -> None:
         if len(path) >= limits.max_depth:
             raise LimitExceeded(422, "max_json_depth", field_path(path),
                                 f"JSON nesting is deeper than the limit of {limits.max_depth} levels")
-        # reversed, so the first problem in document order is the one reported
-        stack.extend((child, (*path, key)) for key, child in reversed(list(children)))
+        # plain numbers, booleans, nulls and ASCII text cannot fail a check: skipped without building
+        # their paths (token arrays are most of a body); reversed, so the first problem in document
+        # order is the one reported
+        pending = [(child, (*path, key)) for key, child in children
+                   if type(child) not in _PLAIN and not (type(child) is str and child.isascii())]
+        stack.extend(reversed(pending))
 
 
 def _check_text(text: str, path: tuple[str | int, ...]) -> None:
@@ -307,14 +336,21 @@ class _WorkerLoop:
 _WORKER = _WorkerLoop()
 
 
+#: False while an in-process transport serves the request: its loop serves that one client, so
+#: there is no `/health` to keep answering and the hop to the worker loop is pure cost.
+OFFLOAD_HANDLERS: contextvars.ContextVar[bool] = contextvars.ContextVar("compactsim_offload_handlers", default=True)
+
+
 async def run_off_loop(make: Callable[[], Awaitable[T]]) -> T:
     """Await ``make()`` on the shared worker loop (another thread); cancelling the caller cancels it.
 
     CPU-bound steps inside (JSON, rendering, generation, serialising) then never stall the
     serving loop: `/health` answers while a large request is being worked on. The Python GIL is
     still shared, so a single long C call can delay the loop by its own duration; the limits keep
-    those calls small.
+    those calls small. Inline when `OFFLOAD_HANDLERS` is off (an in-process client).
     """
+    if not OFFLOAD_HANDLERS.get():
+        return await make()
     future = asyncio.run_coroutine_threadsafe(make(), _WORKER.loop())  # type: ignore[arg-type]
     try:
         return await asyncio.wrap_future(future)
@@ -328,6 +364,7 @@ __all__ = [
     "ErrorGuardMiddleware",
     "JsonLimits",
     "LimitExceeded",
+    "OFFLOAD_HANDLERS",
     "check_tree",
     "field_path",
     "load_json",

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import threading
 import time
-import warnings
 from collections.abc import Iterator, Mapping
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
@@ -51,8 +50,8 @@ def _fault_delay(fault: Any) -> float:
 class DeadlineApp:
     """Wrap an ASGI app so an in-process client gets `httpx.ReadTimeout` as a real socket client would.
 
-    `TestClient` ignores httpx timeouts; without this a `timeout` fault would just stall an
-    in-process run. The deadline covers the whole request (the answer comes in one piece in
+    An in-process transport ignores httpx timeouts; without this a `timeout` fault would just stall
+    an in-process run. The deadline covers the whole request (the answer comes in one piece in
     process); the message is httpx's own ("timed out"), so what the agents record about the
     attempt is the same in process and over HTTP.
     """
@@ -76,16 +75,13 @@ class DeadlineApp:
 
 
 def inprocess_client(app: Any, *, base_url: str, timeout_s: float) -> Any:
-    """A `TestClient` for `app` that enforces `timeout_s` (and reports it as its `timeout`)."""
+    """An `httpx.Client` served by `app` in process (`InProcessTransport`) that enforces `timeout_s`."""
     import httpx
 
-    with warnings.catch_warnings():  # starlette's note about httpx2 says nothing about this run
-        warnings.filterwarnings("ignore", message="Using `httpx` with `starlette.testclient`")
-        from fastapi.testclient import TestClient
+    from compactsim.mock_servers.inprocess import InProcessTransport
 
-    client = TestClient(DeadlineApp(app, timeout_s), base_url=base_url)
-    client.timeout = httpx.Timeout(timeout_s)
-    return client
+    return httpx.Client(transport=InProcessTransport(DeadlineApp(app, timeout_s)), base_url=base_url,
+                        timeout=httpx.Timeout(timeout_s))
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,66 @@
+"""A synchronous httpx transport that serves an ASGI app on its own event loop, one thread hop per request.
+
+Starlette's `TestClient` crosses threads through an anyio portal for every ASGI message (request
+body, response start, each body chunk): about eight blocking hops per request, each a self-pipe
+write and a wake-up that fight the GIL. Collection spent most of its server share there. This
+transport hands the whole request to a private loop in a daemon thread at once
+(`httpx.ASGITransport` inside it), reads the body there and returns a finished response: one hop.
+The handlers run inline on that loop (`OFFLOAD_HANDLERS` off): it serves this client alone.
+
+Exceptions raised by the app (an `httpx.ReadTimeout` from `DeadlineApp` included) propagate to
+the caller as they do with `TestClient`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+import httpx
+
+from compactsim.mock_servers.limits import OFFLOAD_HANDLERS
+
+
+class InProcessTransport(httpx.BaseTransport):
+    """Runs `app` for each request on a private event loop thread (started lazily, stopped on close)."""
+
+    def __init__(self, app: Any) -> None:
+        self._asgi = httpx.ASGITransport(app=app)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def _running_loop(self) -> asyncio.AbstractEventLoop:
+        with self._lock:
+            if self._loop is None:
+                loop = asyncio.new_event_loop()
+                thread = threading.Thread(target=loop.run_forever, name="compactsim-inprocess", daemon=True)
+                thread.start()
+                self._loop, self._thread = loop, thread
+            return self._loop
+
+    async def _handle(self, request: httpx.Request) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+        OFFLOAD_HANDLERS.set(False)  # this task's context only: handlers run inline on this loop
+        response = await self._asgi.handle_async_request(request)
+        body = await response.aread()
+        return response.status_code, list(response.headers.raw), body
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        request.read()  # the body in memory: the loop thread must not pull from a sync stream
+        future = asyncio.run_coroutine_threadsafe(self._handle(request), self._running_loop())
+        status, headers, body = future.result()
+        return httpx.Response(status, headers=headers, content=body, request=request)
+
+    def close(self) -> None:
+        with self._lock:
+            loop, thread = self._loop, self._thread
+            self._loop = self._thread = None
+        if loop is not None and thread is not None:
+            loop.call_soon_threadsafe(loop.stop)
+            thread.join(timeout=5.0)
+            if not thread.is_alive():
+                loop.close()
+
+
+__all__ = ["InProcessTransport"]
