@@ -11,7 +11,8 @@ ends the run at that step. Then the oracle computes what every step must have sh
 scenario and the agents' ground-truth logs, and the audit compares. A failed scenario still
 returns (and the suite still writes) every artifact it produced.
 
-Executors: ``local`` runs scenarios one after another in this process; ``ray`` runs each
+Executors: ``local`` runs scenarios one after another in this process, or with ``parallel > 1``
+on that many spawned worker processes (`compactsim.harness.local_pool`); ``ray`` runs each
 scenario as a Ray task (a local Ray on 127.0.0.1, or an existing cluster with ``ray_address``).
 A scenario's outcome is a pure function of the scenario, the seed and the code, so the
 `summary.json` bytes do not depend on the executor or the worker count.
@@ -64,6 +65,7 @@ from compactsim.mock_servers.serving import ServerMode, open_mock_servers
 from compactsim.harness.core.artifacts import encode_step_artifact, meta_to_json
 from compactsim.harness.core.errors import CompactsimError, ConfigError, ContractError
 from compactsim.harness.core.training_state import MeasuredStep, snapshot_training_state
+from compactsim.harness.local_pool import cost_hint, run_in_processes
 from compactsim.harness.report.records import RolloutView, ScenarioRecord, SuiteRecord
 from compactsim.harness.report.wandb_log import WandbSettings
 from compactsim.harness.report.trace_view import rollout_views
@@ -593,15 +595,16 @@ def run_suite(
     *,
     executor: Executor = "local",
     ray_address: str | None = None,
-    parallel: int = 2,
+    parallel: int | None = None,
     on_event: Callable[[ScenarioEvent], None] | None = None,
     wandb: WandbSettings | None = None,
     ray_connect_timeout_s: float = RAY_CONNECT_TIMEOUT_S,
 ) -> list[ScenarioRun]:
     """Every scenario's run, in the given order, on the chosen executor.
 
-    `ray_address` implies the Ray executor. `wandb` (or `options.wandb`, with default settings)
-    logs each finished scenario as an offline W&B run.
+    `ray_address` implies the Ray executor. `parallel`: worker processes of the local executor
+    (default 1: in this process) or CPUs of the local Ray (default 2). `wandb` (or
+    `options.wandb`, with default settings) logs each finished scenario as an offline W&B run.
     """
     if ray_address:
         executor = "ray"
@@ -616,10 +619,12 @@ def run_suite(
         return run
 
     if executor == "local":
-        return [finished(run_scenario(s, options, on_event=on_event)) for s in scenarios]
+        if (parallel or 1) <= 1 or len(scenarios) <= 1:
+            return [finished(run_scenario(s, options, on_event=on_event)) for s in scenarios]
+        return _run_local_processes(scenarios, options, parallel or 1, finished, on_event)
     import ray
 
-    with ray_cluster(ray_address, parallel, ray_connect_timeout_s):
+    with ray_cluster(ray_address, parallel or 2, ray_connect_timeout_s):
         task = ray.remote(num_cpus=1)(_run_remote)
         path = [os.getcwd(), *sys.path]
         pending = {task.remote(s.to_data(), options, path): k for k, s in enumerate(scenarios)}
@@ -633,6 +638,23 @@ def run_suite(
                     on_event(ScenarioEvent(run.record.name, run.record.steps, run.record.steps, done=True,
                                            record=run.record))
     return [r for r in out if r is not None]
+
+
+def _run_local_processes(scenarios: Sequence[Any], options: RunOptions, workers: int,
+                         finished: Callable[[ScenarioRun], ScenarioRun],
+                         on_event: Callable[[ScenarioEvent], None] | None) -> list[ScenarioRun]:
+    """The local executor on `workers` spawned processes (`local_pool`); same runs, in the given order."""
+    path = [os.getcwd(), *sys.path]
+    runs: list[ScenarioRun | None] = [None] * len(scenarios)
+
+    def done(k: int, run: ScenarioRun) -> None:
+        runs[k] = finished(run)
+        if on_event is not None:
+            on_event(ScenarioEvent(run.record.name, run.record.steps, run.record.steps, done=True, record=run.record))
+
+    run_in_processes(_run_remote, [(s.to_data(), options, path) for s in scenarios], workers=workers,
+                     costs=[cost_hint(s) for s in scenarios], on_done=done)
+    return [r for r in runs if r is not None]
 
 
 def suite_record(runs: Sequence[ScenarioRun], options: RunOptions, selection: Sequence[str],

@@ -36,6 +36,9 @@ from compactsim.harness.core.json_input import limits_help, load_json
 from compactsim.harness.outputs import finish_output_dir, prepare_output_dir
 
 DEFAULT_OUT = Path("compactsim-run")
+#: Worker processes `compactsim run` uses by default (local executor), capped by the CPU count: the
+#: suite's scenarios are independent, and each worker pins torch to one thread.
+DEFAULT_LOCAL_WORKERS = 2
 
 
 def _use_cwd_imports() -> None:
@@ -85,7 +88,9 @@ def run_command(
     ray_address: Annotated[str | None, typer.Option("--ray-address", help="HOST:PORT of an existing Ray cluster's GCS "
                                                     "(`ray start --head --port PORT`) to fan scenarios out over; implies "
                                                     "--executor ray; exit 2 when nothing answers there within 30 s")] = None,
-    parallel: Annotated[int, typer.Option(min=1, help="Ray: CPUs of the local Ray instance")] = 2,
+    parallel: Annotated[int | None, typer.Option(min=1, help="worker processes of the local executor (default: "
+                                                 "2, or 1 on a one-CPU machine; 1 runs in this process) or CPUs "
+                                                 "of the local Ray instance (default 2)")] = None,
     device: Annotated[str, typer.Option(help="cpu, cuda or auto")] = "cpu",
     backend: Annotated[str | None, typer.Option(help="backend under test as module:attr")] = None,
     steps: Annotated[int | None, typer.Option(min=1, help="cap every scenario's optimizer steps (smoke budget)")] = None,
@@ -122,6 +127,8 @@ def run_command(
             check_ray_address(ray_address)  # fail fast, before the output folder is touched
             executor = "ray"
         executor = executor or "local"
+        if parallel is None:
+            parallel = min(DEFAULT_LOCAL_WORKERS, os.cpu_count() or 1) if executor == "local" else 2
         if wandb or wandb_project or wandb_entity or wandb_group or wandb_tag:
             from compactsim.harness.report.wandb_log import DEFAULT_PROJECT, WandbSettings
 

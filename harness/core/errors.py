@@ -100,7 +100,7 @@ CONTRACT_CODES: dict[str, str] = {
 
 assert set(CONTRACT_CODES) == set(get_args(ContractCode)), "CONTRACT_CODES out of sync with ContractCode"
 
-ConfigCode = Literal["unsupported_config", "invalid_config", "invalid_seed", "invalid_argument"]
+ConfigCode = Literal["unsupported_config", "invalid_config", "invalid_seed", "invalid_argument", "worker_failed"]
 
 
 class CompactsimError(Exception):

@@ -99,11 +99,14 @@ def test_failed_scenario_still_writes_its_artifacts(tmp_path: Path):
     assert summary["counts"] == {"failed": 1, "findings": len(run.record.findings), "passed": 0, "scenarios": 1}
 
 
-def test_summary_json_is_byte_identical_across_two_runs(tmp_path: Path):
+def test_summary_json_is_byte_identical_across_two_runs_in_process_and_on_worker_processes(tmp_path: Path):
     scenarios = resolve_scenarios(list(SMALL))
     options = RunOptions(seed=3)
+    done: list[str] = []
     a = _write(run_suite(scenarios, options), tmp_path / "a", options, SMALL)
-    b = _write(run_suite(scenarios, options), tmp_path / "b", options, SMALL)
+    b = _write(run_suite(scenarios, options, parallel=2, on_event=lambda ev: done.append(ev.scenario) if ev.done else None),
+               tmp_path / "b", options, SMALL)
+    assert sorted(done) == sorted(SMALL)  # one done event per scenario, in completion order
     assert (a / "summary.json").read_bytes() == (b / "summary.json").read_bytes()
     for rel in ("artifacts/step-0000.npz", "artifacts/step-0000.json", "rollouts/step-0000.jsonl"):
         path = Path("scenarios") / "image-compaction-k2-rolling" / rel

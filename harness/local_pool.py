@@ -1,0 +1,70 @@
+"""Scenarios fanned out over local worker processes (``compactsim run --parallel N``, the local executor).
+
+A scenario's outcome is a pure function of the scenario, the seed and the code, and each worker
+pins torch to one thread (`configure_determinism`), so the results are the same bytes as a
+sequential run; only `timings.json` differs. Workers are spawned (not forked: torch and the
+servers' threads do not survive a fork), so each pays its imports once, which is why a single
+scenario runs in this process instead. Longer scenarios are submitted first (more optimizer steps
+and rollouts) so the last worker to finish is not the one that drew the 20-step run last; the
+caller gets the runs back in the given order.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+from collections.abc import Callable, Sequence
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
+from typing import Any, TypeVar
+
+from compactsim.harness.core.errors import ConfigError
+
+R = TypeVar("R")
+
+
+def cost_hint(scenario: Any) -> int:
+    """A rough size of a scenario's work: steps × rollouts per step (scheduling only, never in an output)."""
+    steps = int(getattr(scenario, "steps", 1) or 1)
+    rollouts = int(getattr(scenario, "groups", 1) or 1) * int(getattr(scenario, "group_size", 1) or 1)
+    return steps * rollouts
+
+
+def run_in_processes(
+    work: Callable[..., R],
+    payloads: Sequence[tuple[Any, ...]],
+    *,
+    workers: int,
+    costs: Sequence[int] | None = None,
+    on_done: Callable[[int, R], None] | None = None,
+) -> list[R]:
+    """``work(*payloads[k])`` for every k on `workers` spawned processes; results in payload order.
+
+    `work` must be a module-level function (it is pickled by reference). `on_done(k, result)` runs
+    here, in completion order. A worker that dies (killed, out of memory) is a `ConfigError`
+    naming the items left unfinished, not a hang; an exception `work` raises propagates as is.
+    """
+    order = sorted(range(len(payloads)), key=lambda k: -(costs[k] if costs is not None else 0))
+    out: list[R | None] = [None] * len(payloads)
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=max(1, min(workers, len(payloads))), mp_context=context) as pool:
+        pending = {pool.submit(work, *payloads[k]): k for k in order}
+        while pending:
+            done, _ = wait(list(pending), return_when=FIRST_COMPLETED)
+            broken = sorted(pending[f] for f in done if isinstance(f.exception(), BrokenProcessPool))
+            if broken:
+                unfinished = sorted({*broken, *(k for f, k in pending.items() if not f.done())})
+                for future in pending:
+                    future.cancel()
+                raise ConfigError("worker_failed", f"a worker process died with items {unfinished} unfinished "
+                                                   "(killed, out of memory, or a crash in native code); rerun with "
+                                                   "--parallel 1 to see which and why")
+            for future in sorted(done, key=lambda f: pending[f]):
+                k = pending.pop(future)
+                result = future.result()
+                out[k] = result
+                if on_done is not None:
+                    on_done(k, result)
+    return [r for r in out if r is not None]
+
+
+__all__ = ["cost_hint", "run_in_processes"]

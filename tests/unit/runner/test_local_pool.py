@@ -1,0 +1,58 @@
+"""The local executor's worker processes: results in payload order, longest first, a dead worker is typed."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import pytest
+
+from compactsim.harness.core.errors import ConfigError
+from compactsim.harness.local_pool import cost_hint, run_in_processes
+
+
+def _square_with_pid(x: int) -> tuple[int, int]:
+    return x * x, os.getpid()
+
+
+def _die_on(x: int) -> int:
+    if x == 2:
+        os._exit(9)  # a worker killed mid-item (OOM killer, segfault): no exception crosses back
+    return x
+
+
+def test_results_come_back_in_payload_order_from_other_processes() -> None:
+    done: list[int] = []
+    out = run_in_processes(_square_with_pid, [(k,) for k in range(6)], workers=2, costs=[1, 9, 1, 9, 1, 9],
+                           on_done=lambda k, _r: done.append(k))
+    assert [v for v, _pid in out] == [0, 1, 4, 9, 16, 25]
+    assert os.getpid() not in {pid for _v, pid in out}  # none ran here
+    assert sorted(done) == list(range(6))
+
+
+def _started_at(_k: int) -> int:
+    return time.monotonic_ns()  # one system-wide clock on Linux: comparable across processes
+
+
+def test_costly_items_are_handed_out_first() -> None:
+    """One worker runs items in submission order: by cost, descending, ties in payload order."""
+    started = run_in_processes(_started_at, [(k,) for k in range(6)], workers=1, costs=[1, 9, 1, 9, 1, 9])
+    assert sorted(range(6), key=lambda k: started[k]) == [1, 3, 5, 0, 2, 4]
+
+
+def test_a_worker_that_dies_is_a_typed_error_naming_its_item() -> None:
+    with pytest.raises(ConfigError) as info:
+        run_in_processes(_die_on, [(k,) for k in range(4)], workers=1)
+    assert info.value.code == "worker_failed"
+    unfinished = json.loads(info.value.detail.split("items ")[1].split(" unfinished")[0])
+    assert 2 in unfinished
+    assert "--parallel 1" in info.value.detail
+
+
+def test_cost_hint_is_steps_times_rollouts() -> None:
+    class S:
+        steps, groups, group_size = 20, 2, 4
+
+    assert cost_hint(S()) == 160
+    assert cost_hint(object()) == 1
