@@ -12,6 +12,7 @@ caller gets the runs back in the given order.
 from __future__ import annotations
 
 import multiprocessing
+import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
@@ -20,6 +21,13 @@ from typing import Any, TypeVar
 from compactsim.harness.core.errors import ConfigError
 
 R = TypeVar("R")
+#: Worker processes the commands use by default, capped by the CPU count: each pins torch to one thread.
+DEFAULT_WORKERS = 2
+
+
+def default_workers() -> int:
+    """`DEFAULT_WORKERS`, or fewer on a machine with fewer CPUs (1 runs in the calling process)."""
+    return max(1, min(DEFAULT_WORKERS, os.cpu_count() or 1))
 
 
 def cost_hint(scenario: Any) -> int:
@@ -67,4 +75,4 @@ def run_in_processes(
     return [r for r in out if r is not None]
 
 
-__all__ = ["cost_hint", "run_in_processes"]
+__all__ = ["DEFAULT_WORKERS", "cost_hint", "default_workers", "run_in_processes"]

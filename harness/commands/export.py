@@ -47,9 +47,12 @@ def export_command(
     reference_dump: Annotated[Path | None, typer.Option(
         "--reference-dump", help="also write compactsim's own rows.jsonl and metrics.jsonl here (a passing dump)")] = None,
     json_output: Annotated[bool, typer.Option("--json", help="print the manifest as JSON instead of the table")] = False,
+    parallel: Annotated[int | None, typer.Option(min=1, help="worker processes running the scenarios (default: 2, "
+                                                 "or 1 on a one-CPU machine; the same files either way)")] = None,
 ) -> None:
     """Export scenarios as golden files another trainer's CI can check its rows against (`compactsim verify`)."""
     from compactsim.harness.golden.export import export_goldens
+    from compactsim.harness.local_pool import default_workers
     from compactsim.harness.golden.reader import read_golden
     from compactsim.harness.golden.reference import backend_dump
     from compactsim.harness.golden.rows_dump import format_dump, metrics_line
@@ -58,7 +61,8 @@ def export_command(
     try:
         selected = select_scenarios(scenarios or [])
         with err_console.status("exporting", spinner="dots") if not json_output else nullcontext():
-            result = export_goldens(selected, out, seed=seed, max_steps=steps, selection=list(scenarios or []))
+            result = export_goldens(selected, out, seed=seed, max_steps=steps, selection=list(scenarios or []),
+                                    parallel=parallel or default_workers())
             if reference_dump is not None:
                 dump = backend_dump(read_golden(out))
                 reference_dump.mkdir(parents=True, exist_ok=True)

@@ -33,12 +33,10 @@ from compactsim.harness.commands.common import ExitCode, console, err_console, l
 from compactsim.harness.commands.selection import select_scenarios
 from compactsim.harness.core.errors import CompactsimError, ConfigError
 from compactsim.harness.core.json_input import limits_help, load_json
+from compactsim.harness.local_pool import default_workers
 from compactsim.harness.outputs import finish_output_dir, prepare_output_dir
 
 DEFAULT_OUT = Path("compactsim-run")
-#: Worker processes `compactsim run` uses by default (local executor), capped by the CPU count: the
-#: suite's scenarios are independent, and each worker pins torch to one thread.
-DEFAULT_LOCAL_WORKERS = 2
 
 
 def _use_cwd_imports() -> None:
@@ -128,7 +126,7 @@ def run_command(
             executor = "ray"
         executor = executor or "local"
         if parallel is None:
-            parallel = min(DEFAULT_LOCAL_WORKERS, os.cpu_count() or 1) if executor == "local" else 2
+            parallel = default_workers() if executor == "local" else 2
         if wandb or wandb_project or wandb_entity or wandb_group or wandb_tag:
             from compactsim.harness.report.wandb_log import DEFAULT_PROJECT, WandbSettings
 

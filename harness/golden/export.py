@@ -259,9 +259,14 @@ def export_goldens(
     selection: Sequence[str] = (),
     on_scenario: Callable[[ExportedScenario], None] | None = None,
     on_event: Callable[[Any], None] | None = None,
+    parallel: int = 1,
 ) -> ExportResult:
-    """Run each scenario (reference backend), compute the oracle's expectation, and write the golden directory."""
-    from compactsim.harness.runner import RunOptions, run_scenario
+    """Run each scenario (reference backend), compute the oracle's expectation, and write the golden directory.
+
+    `parallel` > 1 runs the scenarios on that many worker processes (`run_suite`'s local executor):
+    the same bytes, sooner.
+    """
+    from compactsim.harness.runner import RunOptions, run_suite
 
     names = [s.name for s in scenarios]
     if len(set(names)) != len(names):
@@ -271,8 +276,8 @@ def export_goldens(
     entries: list[ScenarioEntry] = []
     done: list[ExportedScenario] = []
     reference_metrics: dict[tuple[str, int], Mapping[str, Any]] = {}
-    for original in scenarios:
-        run = run_scenario(original, options, on_event=on_event)
+    runs = run_suite(list(scenarios), options, parallel=parallel, on_event=on_event)
+    for original, run in zip(scenarios, runs, strict=True):
         if run.audit is None:
             why = run.record.findings[0].message if run.record.findings else run.record.observed
             raise ConfigError("invalid_argument", f"scenario {original.name!r} could not be run: {why}")

@@ -43,10 +43,11 @@ ROW = "s0-g0-r0/trace-1"
 SCENARIO = "several-boundaries-in-one-rollout"
 
 
-def _export(out: Path):
+def _export(out: Path, parallel: int = 1):
     torch = pytest.importorskip("torch")
     torch.set_num_threads(1)
-    return export_goldens(resolve_scenarios(SELECTION), out, seed=SEED, max_steps=STEPS, selection=SELECTION)
+    return export_goldens(resolve_scenarios(SELECTION), out, seed=SEED, max_steps=STEPS, selection=SELECTION,
+                          parallel=parallel)
 
 
 @pytest.fixture(scope="module")
@@ -132,8 +133,8 @@ def test_golden_files_validate_against_the_schemas_the_manifest_names(exported):
 
 
 @pytest.mark.slow
-def test_export_is_byte_identical_across_two_runs(exported, tmp_path: Path):
-    again = _export(tmp_path / "g2")
+def test_export_is_byte_identical_across_two_runs_in_process_and_on_workers(exported, tmp_path: Path):
+    again = _export(tmp_path / "g2", parallel=2)
     first = (exported.directory / "manifest.json").read_bytes()
     assert (again.directory / "manifest.json").read_bytes() == first
     for f in exported.manifest.files:

@@ -81,7 +81,7 @@ def golden(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from compactsim.harness.runner import resolve_scenarios
 
     out = tmp_path_factory.mktemp("spec") / "g"
-    export_goldens(resolve_scenarios(list(SELECTION)), out, seed=SEED, selection=list(SELECTION))
+    export_goldens(resolve_scenarios(list(SELECTION)), out, seed=SEED, selection=list(SELECTION), parallel=2)
     return out
 
 
