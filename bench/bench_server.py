@@ -175,10 +175,17 @@ async def _http_bench(rounds: int, per_client: int, tmp: Path) -> dict:
 
 
 async def _asgi_bench(n: int) -> dict:
-    """Same requests through httpx.ASGITransport (no sockets, one client): the handler cost alone."""
+    """Same requests through httpx.ASGITransport (no sockets, one client): the handler cost alone.
+
+    The handlers run inline, as compactsim's in-process transport serves them (`OFFLOAD_HANDLERS`
+    off): no hop to the worker loop a socket server keeps for `/health`.
+    """
     from fastapi import FastAPI
 
+    from compactsim.mock_servers.limits import OFFLOAD_HANDLERS
     from compactsim.mock_servers.model_server import ServerSettings, create_app
+
+    OFFLOAD_HANDLERS.set(False)
 
     bodies = _bodies()
     mock = create_app(ServerSettings.model_validate_json(_settings_json()))
