@@ -51,7 +51,7 @@ def gym_check_command(
         str | None, typer.Option("--emitter", help="module:attr returning our payload for a LiveScript, for comparison")
     ] = None,
     cache_dir: Annotated[
-        Path | None, typer.Option("--cache-dir", help=f"where venvs and wheels are cached (env {CACHE_ENV}; default .gym-cache/)")
+        Path | None, typer.Option("--cache-dir", help=f"where venvs and wheels are cached (env {CACHE_ENV}; default ~/.cache/compactsim/gym)")
     ] = None,
     offline: Annotated[
         bool, typer.Option("--offline", help="fetch nothing: use the cached wheel and link pydantic from this interpreter")

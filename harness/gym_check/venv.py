@@ -60,14 +60,28 @@ class BuiltVenv:
 
 
 def repo_root() -> Path:
-    """The checkout holding this package (where `.gym-cache/` lives), else the working directory."""
+    """The checkout holding this package, else the working directory."""
     here = Path(__file__).resolve().parents[2]
     return here if (here / "pyproject.toml").exists() else Path.cwd()
 
 
 def default_cache_dir() -> Path:
+    """``$COMPACTSIM_GYM_CACHE``, else the user's cache (``$XDG_CACHE_HOME`` or ``~/.cache``)/compactsim/gym.
+
+    One cache per user, shared by every checkout and installed copy (entries are keyed by the
+    revision's digest and the venv layout version, so nothing stale is reused); a checkout's
+    ``.gym-cache/`` when the user's cache folder cannot be created.
+    """
     env = os.environ.get(CACHE_ENV)
-    return Path(env).expanduser().resolve() if env else repo_root() / ".gym-cache"
+    if env:
+        return Path(env).expanduser().resolve()
+    try:
+        base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+        user = Path(base).expanduser() / "compactsim" / "gym"
+        user.mkdir(parents=True, exist_ok=True)
+    except (OSError, RuntimeError):  # no home directory, or a read-only one
+        return repo_root() / ".gym-cache"
+    return user.resolve()
 
 
 def _probe_interpreter(executable: str) -> Interpreter | None:

@@ -1,7 +1,7 @@
 """gym-check on the real nemo-gym 0.7.0 wheel: compatible, field table, its own session, agent and model server.
 
 Needs PyPI the first time (the wheel and the runtime of its agent and model-server apps, ~0.65 GB);
-the venv is cached under `.gym-cache/` in the checkout (or `$COMPACTSIM_GYM_CACHE`), so later runs
+the venv is cached under `~/.cache/compactsim/gym` (or `$COMPACTSIM_GYM_CACHE`), so later runs
 fetch nothing. The module fixture runs the whole live check once (about 75 s warm).
 """
 
