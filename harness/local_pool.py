@@ -18,7 +18,7 @@ from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any, TypeVar
 
-from compactsim.harness.core.errors import ConfigError
+from compactsim.harness.core.errors import CompactsimError, ConfigError
 
 R = TypeVar("R")
 #: Worker processes the commands use by default, capped by the CPU count: each pins torch to one thread.
@@ -26,8 +26,12 @@ DEFAULT_WORKERS = 2
 
 
 def default_workers() -> int:
-    """`DEFAULT_WORKERS`, or fewer on a machine with fewer CPUs (1 runs in the calling process)."""
-    return max(1, min(DEFAULT_WORKERS, os.cpu_count() or 1))
+    """`DEFAULT_WORKERS`, or fewer when this process may use fewer CPUs (1 runs in the calling process)."""
+    try:
+        cpus = len(os.sched_getaffinity(0))  # what a container or taskset leaves this process
+    except (AttributeError, OSError):
+        cpus = os.cpu_count() or 1
+    return max(1, min(DEFAULT_WORKERS, cpus))
 
 
 def cost_hint(scenario: Any) -> int:
@@ -49,30 +53,44 @@ def run_in_processes(
 
     `work` must be a module-level function (it is pickled by reference). `on_done(k, result)` runs
     here, in completion order. A worker that dies (killed, out of memory) is a `ConfigError`
-    naming the items left unfinished, not a hang; an exception `work` raises propagates as is.
+    naming the items left unfinished, not a hang; any other failure of an item is a `ConfigError`
+    naming it (a `CompactsimError` passes as is), and the queued items are cancelled at once.
     """
     order = sorted(range(len(payloads)), key=lambda k: -(costs[k] if costs is not None else 0))
-    out: list[R | None] = [None] * len(payloads)
+    out: list[Any] = [_PENDING] * len(payloads)
     context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=max(1, min(workers, len(payloads))), mp_context=context) as pool:
+    pool = ProcessPoolExecutor(max_workers=max(1, min(workers, len(payloads))), mp_context=context)
+    try:
         pending = {pool.submit(work, *payloads[k]): k for k in order}
         while pending:
             done, _ = wait(list(pending), return_when=FIRST_COMPLETED)
             broken = sorted(pending[f] for f in done if isinstance(f.exception(), BrokenProcessPool))
             if broken:
                 unfinished = sorted({*broken, *(k for f, k in pending.items() if not f.done())})
-                for future in pending:
-                    future.cancel()
                 raise ConfigError("worker_failed", f"a worker process died with items {unfinished} unfinished "
                                                    "(killed, out of memory, or a crash in native code); rerun with "
                                                    "--parallel 1 to see which and why")
             for future in sorted(done, key=lambda f: pending[f]):
                 k = pending.pop(future)
-                result = future.result()
+                try:
+                    result = future.result()
+                except CompactsimError:
+                    raise
+                except Exception as exc:  # e.g. a payload that does not pickle: typed, naming the item
+                    raise ConfigError("worker_failed", f"item {k} failed in its worker: "
+                                                       f"{type(exc).__name__}: {exc}") from exc
                 out[k] = result
                 if on_done is not None:
                     on_done(k, result)
-    return [r for r in out if r is not None]
+    except BaseException:
+        pool.shutdown(wait=False, cancel_futures=True)  # fail now, not after the queued items ran
+        raise
+    pool.shutdown(wait=True)
+    return out
+
+
+#: Marks an item whose result has not come back (a result may itself be None).
+_PENDING: Any = object()
 
 
 __all__ = ["DEFAULT_WORKERS", "cost_hint", "default_workers", "run_in_processes"]

@@ -654,7 +654,7 @@ def _run_local_processes(scenarios: Sequence[Any], options: RunOptions, workers:
 
     run_in_processes(_run_remote, [(s.to_data(), options, path) for s in scenarios], workers=workers,
                      costs=[cost_hint(s) for s in scenarios], on_done=done)
-    return [r for r in runs if r is not None]
+    return [r for r in runs if r is not None]  # every item came back (run_in_processes raises otherwise)
 
 
 def suite_record(runs: Sequence[ScenarioRun], options: RunOptions, selection: Sequence[str],

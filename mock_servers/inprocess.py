@@ -30,6 +30,7 @@ class InProcessTransport(httpx.BaseTransport):
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
+        self._closed = False
 
     def _running_loop(self) -> asyncio.AbstractEventLoop:
         with self._lock:
@@ -43,10 +44,13 @@ class InProcessTransport(httpx.BaseTransport):
     async def _handle(self, request: httpx.Request) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
         OFFLOAD_HANDLERS.set(False)  # this task's context only: handlers run inline on this loop
         response = await self._asgi.handle_async_request(request)
-        body = await response.aread()
+        # the bytes as sent (still encoded): the client decodes `content-encoding` itself
+        body = b"".join([chunk async for chunk in response.stream])  # type: ignore[union-attr]
         return response.status_code, list(response.headers.raw), body
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
+        if self._closed:
+            raise RuntimeError("the in-process transport is closed")
         request.read()  # the body in memory: the loop thread must not pull from a sync stream
         future = asyncio.run_coroutine_threadsafe(self._handle(request), self._running_loop())
         status, headers, body = future.result()
@@ -54,6 +58,7 @@ class InProcessTransport(httpx.BaseTransport):
 
     def close(self) -> None:
         with self._lock:
+            self._closed = True
             loop, thread = self._loop, self._thread
             self._loop = self._thread = None
         if loop is not None and thread is not None:

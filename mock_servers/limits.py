@@ -91,15 +91,23 @@ def field_path(path: tuple[str | int, ...]) -> str:
 def _may_hold_unsafe_numbers(raw: bytes | str, int_digits: int) -> bool:
     """Whether `raw` could hold an integer longer than `int_digits` or a float that overflows.
 
-    Both need a run of more than `int_digits` digits or a number with an exponent of three digits
-    or more (``1e999``); a body without either (almost every body: token arrays are short numbers)
+    Both need a run of more than `int_digits` digits (or of more than 200, where a float could
+    overflow with a two-digit exponent) or a number with an exponent of three digits or more
+    (``1e999``); a UTF-8 body without either (almost every body: token arrays are short numbers)
     is decoded without the per-number Python hooks. Text inside strings (base64 images) may match
-    too: that only costs the slow path.
+    too, and UTF-16/32 bodies always take the hooks: that only costs the slow path.
     """
-    pattern = _UNSAFE_NUMBER.get(int_digits)
+    if isinstance(raw, str):
+        raw = raw.encode("utf-8")
+    elif json.detect_encoding(raw) not in ("utf-8", "utf-8-sig"):
+        return True  # UTF-16/32 puts a NUL after every digit: the byte pattern below cannot see numbers
+    # a digit run of at most 200 with a two-digit exponent stays below 1e299: finite whatever the cap
+    run = min(int_digits, 200) + 1
+    pattern = _UNSAFE_NUMBER.get(run)
     if pattern is None:
-        pattern = _UNSAFE_NUMBER[int_digits] = re.compile(rb"[0-9]{%d}|(?<![0-9A-Za-z_.+/-])-?[0-9]+(?:\.[0-9]+)?[eE][+-]?[0-9]{3,}(?![0-9A-Za-z_])" % (int_digits + 1))
-    return pattern.search(raw.encode("utf-8") if isinstance(raw, str) else raw) is not None
+        pattern = _UNSAFE_NUMBER[run] = re.compile(
+            rb"[0-9]{%d}|(?<![0-9A-Za-z_.+/-])-?[0-9]+(?:\.[0-9]+)?[eE][+-]?[0-9]{3,}(?![0-9A-Za-z_])" % run)
+    return pattern.search(raw) is not None
 
 
 _UNSAFE_NUMBER: dict[int, re.Pattern[bytes]] = {}
@@ -128,6 +136,8 @@ def load_json(raw: bytes, limits: JsonLimits) -> Any:
         raise LimitExceeded(422, "json_syntax", "body", f"body is not UTF-8 JSON: {exc.reason} at byte {exc.start}") from None
     except json.JSONDecodeError as exc:
         raise LimitExceeded(422, "json_syntax", "body", f"invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
+    except ValueError as exc:  # a backstop: Python's own integer-size guard, should a number reach it
+        raise LimitExceeded(422, "max_int_digits", "body", f"a number in the body cannot be read: {exc}") from None
     check_tree(obj, limits)
     return obj
 

@@ -254,7 +254,7 @@ def compare_payloads(real: Any, ours: Any, *, path: str = "", limit: int = 200, 
                 if va is None and vb is None and not strict:
                     continue
                 walk(a[key] if key in a else _MISSING, b[key] if key in b else _MISSING, f"{where}.{key}" if where else str(key))
-        elif isinstance(a, list) and isinstance(b, list):
+        elif isinstance(a, list | tuple) and isinstance(b, list | tuple):
             if len(a) != len(b):
                 out.append(FieldDiff(f"{where}.length", len(a), len(b)))
             for i, (x, y) in enumerate(zip(a, b, strict=False)):

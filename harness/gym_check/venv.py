@@ -166,6 +166,8 @@ def venv_key(revision: Revision, interpreter: Interpreter, deps_source: DepsSour
     }
     if profile != "shim":
         identity["profile"] = profile
+    if deps_source == "host":  # linked from this environment: one per environment in a per-user cache
+        identity["host_prefix"] = sys.prefix
     blob = json.dumps(identity, sort_keys=True).encode("utf-8")
     return hashlib.sha256(blob).hexdigest()[:16]
 

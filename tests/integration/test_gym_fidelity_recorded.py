@@ -71,6 +71,7 @@ def test_strict_comparison_tells_null_from_absent_and_int_from_float() -> None:
     assert [d.path for d in compare_payloads({"t": 0.0}, {"t": 0}, strict=True)] == ["t"]
     assert [d.path for d in compare_payloads({"t": 1}, {"t": True}, strict=True)] == ["t"]
     assert compare_payloads({"t": [1, {"x": None}]}, {"t": [1, {"x": None}]}, strict=True) == []
+    assert compare_payloads({"t": [1, 2]}, {"t": (1, 2)}, strict=True) == []  # both are JSON arrays
 
 
 def test_replay_mint_hands_out_the_results_ids_in_order_then_derives() -> None:

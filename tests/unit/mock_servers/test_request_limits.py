@@ -220,3 +220,27 @@ def test_mutated_bodies_never_get_a_5xx():
             assert r.status_code < 500, (path, r.text)
             statuses[r.status_code] = statuses.get(r.status_code, 0) + 1
     assert set(statuses) <= {200, 400, 413, 422} and statuses[200] > 50 and statuses[422] > 300
+
+
+@pytest.mark.parametrize(
+    ("raw", "limits", "limit"),
+    [
+        ('{"a": 1e999}'.encode("utf-16-le"), JsonLimits(), "finite_numbers"),
+        ('{"a": 1111111111111111111111111}'.encode("utf-16"), JsonLimits(), "max_int_digits"),
+        (('{"a": ' + "7" * 5000 + "}").encode("utf-32"), JsonLimits(), "max_int_digits"),
+        (b"[1" + b"0" * 350 + b".0]", JsonLimits(max_int_digits=400), "finite_numbers"),
+        (b"[1" + b"0" * 250 + b"e99]", JsonLimits(max_int_digits=400), "finite_numbers"),
+        (b'{"x": "132319e473d8", "y": -2E400}', JsonLimits(), "finite_numbers"),
+    ],
+    ids=["utf16-inf", "utf16-long-int", "utf32-5000-digits", "long-mantissa-high-cap", "mantissa-and-exponent", "hex-then-inf"],
+)
+def test_the_hook_free_decode_never_lets_an_unsafe_number_through(raw, limits, limit):
+    """Bodies the fast path must not take (other encodings, long digit runs, big exponents) still get typed errors."""
+    with pytest.raises(LimitExceeded) as info:
+        load_json(raw, limits)
+    assert info.value.limit == limit
+
+
+def test_the_hook_free_decode_reads_the_same_values():
+    raw = b'{"ids": [1, 20, 300], "lp": [-0.5, -1.25e-5, 1.5E+12], "s": "9e2631", "big": 12345678901234567890}'
+    assert load_json(raw, JsonLimits()) == json.loads(raw)

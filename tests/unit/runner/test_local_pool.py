@@ -56,3 +56,27 @@ def test_cost_hint_is_steps_times_rollouts() -> None:
 
     assert cost_hint(S()) == 160
     assert cost_hint(object()) == 1
+
+
+def _fail_fast_or_sleep(x: int) -> int:
+    if x == 0:
+        raise RuntimeError("boom")
+    time.sleep(3.0)
+    return x
+
+
+def _none(_x: int) -> None:
+    return None
+
+
+def test_a_failing_item_is_typed_and_does_not_wait_for_the_queue() -> None:
+    start = time.monotonic()
+    with pytest.raises(ConfigError) as info:
+        run_in_processes(_fail_fast_or_sleep, [(k,) for k in range(7)], workers=2, costs=[9, 1, 1, 1, 1, 1, 1])
+    assert info.value.code == "worker_failed"
+    assert "item 0 failed in its worker: RuntimeError: boom" in info.value.detail
+    assert time.monotonic() - start < 6.0  # not the 9 s the queued sleeps would take
+
+
+def test_none_results_keep_their_places() -> None:
+    assert run_in_processes(_none, [(k,) for k in range(3)], workers=2) == [None, None, None]
