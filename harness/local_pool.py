@@ -54,12 +54,20 @@ def run_in_processes(
     `work` must be a module-level function (it is pickled by reference). `on_done(k, result)` runs
     here, in completion order. A worker that dies (killed, out of memory) is a `ConfigError`
     naming the items left unfinished, not a hang; any other failure of an item is a `ConfigError`
-    naming it (a `CompactsimError` passes as is), and the queued items are cancelled at once.
+    naming it (a `CompactsimError` passes as is), and the queued items are cancelled at once. Where
+    worker processes cannot be created at all, the items run here, in order: the same results.
     """
     order = sorted(range(len(payloads)), key=lambda k: -(costs[k] if costs is not None else 0))
     out: list[Any] = [_PENDING] * len(payloads)
-    context = multiprocessing.get_context("spawn")
-    pool = ProcessPoolExecutor(max_workers=max(1, min(workers, len(payloads))), mp_context=context)
+    try:
+        context = multiprocessing.get_context("spawn")
+        pool = ProcessPoolExecutor(max_workers=max(1, min(workers, len(payloads))), mp_context=context)
+    except (OSError, NotImplementedError, ImportError):  # no semaphores here (e.g. no /dev/shm): same results, one process
+        for k in range(len(payloads)):
+            out[k] = work(*payloads[k])
+            if on_done is not None:
+                on_done(k, out[k])
+        return out
     try:
         pending = {pool.submit(work, *payloads[k]): k for k in order}
         while pending:

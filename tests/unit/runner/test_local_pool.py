@@ -80,3 +80,16 @@ def test_a_failing_item_is_typed_and_does_not_wait_for_the_queue() -> None:
 
 def test_none_results_keep_their_places() -> None:
     assert run_in_processes(_none, [(k,) for k in range(3)], workers=2) == [None, None, None]
+
+
+def test_without_worker_processes_the_items_run_here(monkeypatch: pytest.MonkeyPatch) -> None:
+    import compactsim.harness.local_pool as local_pool
+
+    def no_semaphores(*_a: object, **_k: object) -> None:
+        raise OSError(38, "Function not implemented")  # what sem_open says without /dev/shm
+
+    monkeypatch.setattr(local_pool, "ProcessPoolExecutor", no_semaphores)
+    done: list[int] = []
+    out = run_in_processes(_square_with_pid, [(k,) for k in range(3)], workers=2, on_done=lambda k, _r: done.append(k))
+    assert [v for v, _pid in out] == [0, 1, 4] and {pid for _v, pid in out} == {os.getpid()}
+    assert done == [0, 1, 2]
