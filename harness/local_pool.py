@@ -58,7 +58,7 @@ def run_in_processes(
     worker processes cannot be created at all, the items run here, in order: the same results.
     """
     order = sorted(range(len(payloads)), key=lambda k: -(costs[k] if costs is not None else 0))
-    out: list[Any] = [_PENDING] * len(payloads)
+    out: list[Any] = [None] * len(payloads)
     try:
         context = multiprocessing.get_context("spawn")
         pool = ProcessPoolExecutor(max_workers=max(1, min(workers, len(payloads))), mp_context=context)
@@ -95,10 +95,6 @@ def run_in_processes(
         raise
     pool.shutdown(wait=True)
     return out
-
-
-#: Marks an item whose result has not come back (a result may itself be None).
-_PENDING: Any = object()
 
 
 __all__ = ["DEFAULT_WORKERS", "cost_hint", "default_workers", "run_in_processes"]

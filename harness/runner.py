@@ -619,9 +619,10 @@ def run_suite(
         return run
 
     if executor == "local":
-        if (parallel or 1) <= 1 or len(scenarios) <= 1:
+        workers = parallel or 1
+        if workers <= 1 or len(scenarios) <= 1:
             return [finished(run_scenario(s, options, on_event=on_event)) for s in scenarios]
-        return _run_local_processes(scenarios, options, parallel or 1, finished, on_event)
+        return _run_local_processes(scenarios, options, workers, finished, on_event)
     import ray
 
     with ray_cluster(ray_address, parallel or 2, ray_connect_timeout_s):
@@ -635,8 +636,7 @@ def run_suite(
                 k = pending.pop(ref)
                 run = out[k] = finished(ray.get(ref))
                 if on_event is not None:
-                    on_event(ScenarioEvent(run.record.name, run.record.steps, run.record.steps, done=True,
-                                           record=run.record))
+                    on_event(_done_event(run))
     return [r for r in out if r is not None]
 
 
@@ -645,16 +645,19 @@ def _run_local_processes(scenarios: Sequence[Any], options: RunOptions, workers:
                          on_event: Callable[[ScenarioEvent], None] | None) -> list[ScenarioRun]:
     """The local executor on `workers` spawned processes (`local_pool`); same runs, in the given order."""
     path = [os.getcwd(), *sys.path]
-    runs: list[ScenarioRun | None] = [None] * len(scenarios)
 
-    def done(k: int, run: ScenarioRun) -> None:
-        runs[k] = finished(run)
+    def done(_k: int, run: ScenarioRun) -> None:
         if on_event is not None:
-            on_event(ScenarioEvent(run.record.name, run.record.steps, run.record.steps, done=True, record=run.record))
+            on_event(_done_event(run))
 
-    run_in_processes(_run_remote, [(s.to_data(), options, path) for s in scenarios], workers=workers,
-                     costs=[cost_hint(s) for s in scenarios], on_done=done)
-    return [r for r in runs if r is not None]  # every item came back (run_in_processes raises otherwise)
+    runs = run_in_processes(_run_remote, [(s.to_data(), options, path) for s in scenarios], workers=workers,
+                            costs=[cost_hint(s) for s in scenarios], on_done=done)
+    return [finished(run) for run in runs]
+
+
+def _done_event(run: ScenarioRun) -> ScenarioEvent:
+    """The one event a scenario run elsewhere (a worker process, a Ray task) reports: it finished."""
+    return ScenarioEvent(run.record.name, run.record.steps, run.record.steps, done=True, record=run.record)
 
 
 def suite_record(runs: Sequence[ScenarioRun], options: RunOptions, selection: Sequence[str],

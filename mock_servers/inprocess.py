@@ -14,12 +14,12 @@ the caller as they do with `TestClient`.
 from __future__ import annotations
 
 import asyncio
-import threading
 from typing import Any
 
 import httpx
 
 from compactsim.mock_servers.limits import OFFLOAD_HANDLERS
+from compactsim.mock_servers.loop_thread import LoopThread
 
 
 class InProcessTransport(httpx.BaseTransport):
@@ -27,19 +27,8 @@ class InProcessTransport(httpx.BaseTransport):
 
     def __init__(self, app: Any) -> None:
         self._asgi = httpx.ASGITransport(app=app)
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
-        self._lock = threading.Lock()
+        self._loop = LoopThread("compactsim-inprocess")
         self._closed = False
-
-    def _running_loop(self) -> asyncio.AbstractEventLoop:
-        with self._lock:
-            if self._loop is None:
-                loop = asyncio.new_event_loop()
-                thread = threading.Thread(target=loop.run_forever, name="compactsim-inprocess", daemon=True)
-                thread.start()
-                self._loop, self._thread = loop, thread
-            return self._loop
 
     async def _handle(self, request: httpx.Request) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
         OFFLOAD_HANDLERS.set(False)  # this task's context only: handlers run inline on this loop
@@ -52,20 +41,13 @@ class InProcessTransport(httpx.BaseTransport):
         if self._closed:
             raise RuntimeError("the in-process transport is closed")
         request.read()  # the body in memory: the loop thread must not pull from a sync stream
-        future = asyncio.run_coroutine_threadsafe(self._handle(request), self._running_loop())
+        future = asyncio.run_coroutine_threadsafe(self._handle(request), self._loop.loop())
         status, headers, body = future.result()
         return httpx.Response(status, headers=headers, content=body, request=request)
 
     def close(self) -> None:
-        with self._lock:
-            self._closed = True
-            loop, thread = self._loop, self._thread
-            self._loop = self._thread = None
-        if loop is not None and thread is not None:
-            loop.call_soon_threadsafe(loop.stop)
-            thread.join(timeout=5.0)
-            if not thread.is_alive():
-                loop.close()
+        self._closed = True
+        self._loop.stop()
 
 
 __all__ = ["InProcessTransport"]

@@ -20,16 +20,18 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import functools
 import json
 import logging
 import math
 import re
-import threading
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from compactsim.mock_servers.loop_thread import LoopThread
 
 T = TypeVar("T")
 _log = logging.getLogger("compactsim.mock_servers")
@@ -88,7 +90,7 @@ def field_path(path: tuple[str | int, ...]) -> str:
     return out or "body"
 
 
-def _may_hold_unsafe_numbers(raw: bytes | str, int_digits: int) -> bool:
+def _may_hold_unsafe_numbers(raw: bytes, int_digits: int) -> bool:
     """Whether `raw` could hold an integer longer than `int_digits` or a float that overflows.
 
     Both need a run of more than `int_digits` digits (or of more than 200, where a float could
@@ -97,20 +99,15 @@ def _may_hold_unsafe_numbers(raw: bytes | str, int_digits: int) -> bool:
     is decoded without the per-number Python hooks. Text inside strings (base64 images) may match
     too, and UTF-16/32 bodies always take the hooks: that only costs the slow path.
     """
-    if isinstance(raw, str):
-        raw = raw.encode("utf-8")
-    elif json.detect_encoding(raw) not in ("utf-8", "utf-8-sig"):
+    if json.detect_encoding(raw) not in ("utf-8", "utf-8-sig"):
         return True  # UTF-16/32 puts a NUL after every digit: the byte pattern below cannot see numbers
     # a digit run of at most 200 with a two-digit exponent stays below 1e299: finite whatever the cap
-    run = min(int_digits, 200) + 1
-    pattern = _UNSAFE_NUMBER.get(run)
-    if pattern is None:
-        pattern = _UNSAFE_NUMBER[run] = re.compile(
-            rb"[0-9]{%d}|(?<![0-9A-Za-z_.+/-])-?[0-9]+(?:\.[0-9]+)?[eE][+-]?[0-9]{3,}(?![0-9A-Za-z_])" % run)
-    return pattern.search(raw) is not None
+    return _unsafe_number_pattern(min(int_digits, 200) + 1).search(raw) is not None
 
 
-_UNSAFE_NUMBER: dict[int, re.Pattern[bytes]] = {}
+@functools.lru_cache(maxsize=8)
+def _unsafe_number_pattern(run: int) -> re.Pattern[bytes]:
+    return re.compile(rb"[0-9]{%d}|(?<![0-9A-Za-z_.+/-])-?[0-9]+(?:\.[0-9]+)?[eE][+-]?[0-9]{3,}(?![0-9A-Za-z_])" % run)
 
 
 def load_json(raw: bytes, limits: JsonLimits) -> Any:
@@ -322,28 +319,9 @@ def _is_transport_signal(exc: BaseException) -> bool:
 # ---------------------------------------------------------------------------------------------- threads
 
 
-class _WorkerLoop:
-    """One daemon thread running one event loop for the life of the process: the handlers' home.
-
-    Starting a thread and an event loop per request cost more than the scripted handler itself;
-    one shared worker loop keeps the serving loop free at the price of a queue hop.
-    """
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._loop: asyncio.AbstractEventLoop | None = None
-
-    def loop(self) -> asyncio.AbstractEventLoop:
-        with self._lock:
-            if self._loop is None or self._loop.is_closed():
-                loop = asyncio.new_event_loop()
-                thread = threading.Thread(target=loop.run_forever, name="compactsim-handlers", daemon=True)
-                thread.start()
-                self._loop = loop
-            return self._loop
-
-
-_WORKER = _WorkerLoop()
+#: The handlers' home: one shared worker loop keeps the serving loop free at the price of a queue
+#: hop (a thread and an event loop per request cost more than the scripted handler itself).
+_WORKER = LoopThread("compactsim-handlers")
 
 
 #: False while an in-process transport serves the request: its loop serves that one client, so

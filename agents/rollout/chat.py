@@ -155,9 +155,7 @@ def completion_to_response(
         last["generation_log_probs"] = [entry.get("logprob") for entry in logprobs["content"]]
     last["routed_experts"] = message.get("routed_experts")
     length = choice.get("finish_reason") == "length"
-    response: dict[str, Any] = {field: request.get(field) for field in (*ECHOED_FIELDS, *UNSET_FIELDS)}
-    for field in UNSET_FIELDS:
-        response[field] = None
+    response: dict[str, Any] = {field: request.get(field) for field in ECHOED_FIELDS} | dict.fromkeys(UNSET_FIELDS)
     created = data.get("created", 0)
     response.update({
         "id": mint("resp", completion_id, 0),

@@ -137,7 +137,7 @@ def compare_with_ours(scenario: Any, gym_results: Mapping[str, Mapping[str, Any]
     ``0`` is not ``0.0``.
     """
     from compactsim.agents.collect.rollouts import run_rollout  # noqa: PLC0415
-    from compactsim.agents.rollout.gym_response import ReplayMint  # noqa: PLC0415
+    from compactsim.agents.rollout.gym_response import ReplayMint, derived_id  # noqa: PLC0415
     from compactsim.scenarios.build import step_specs  # noqa: PLC0415
     from compactsim.scenarios.execute import in_process_servers  # noqa: PLC0415
 
@@ -146,9 +146,8 @@ def compare_with_ours(scenario: Any, gym_results: Mapping[str, Mapping[str, Any]
         with in_process_servers(scenario).open() as (model, reward):
             for index, spec in enumerate(step_specs(scenario, step)):
                 real = gym_results.get(spec.rollout_id)
-                mint = ReplayMint.from_result(_response(real)) if real is not None else None
-                c = run_rollout(spec, model_client=model, reward_client=reward, index=index,
-                                **({"mint": mint} if mint is not None else {}))
+                mint = ReplayMint.from_result(_response(real)) if real is not None else derived_id
+                c = run_rollout(spec, model_client=model, reward_client=reward, index=index, mint=mint)
                 if real is None or c.result is None:
                     rollouts.append({"rollout_id": c.rollout_id, "summary": "not compared: a side failed", "diffs": []})
                     continue
