@@ -3,17 +3,19 @@
 Sub-packages, lowest first (no package imports one above it): `media` (synthetic pictures, media
 arena), `compaction` (config, presets, history, policies, lineage, views, schedules), `rollout` (the
 script, the compaction session, the agent loop over HTTP, records, ground-truth logs), `evidence`
-(Gym evidence emitters, one module per flavour) and `collect` (many rollouts on threads or Ray).
+(Gym evidence emitters, one module per flavour) and `collect` (many rollouts on threads, processes or Ray).
 """
 
 if __name__ != "compactsim.agents":  # one module object per file: never a second, top-level copy
     raise ImportError("import compactsim.agents, not agents: compactsim installs one top-level package, `compactsim`")
 
 from compactsim.agents.collect import (
+    EXECUTOR_KINDS,
     CollectedRollout,
     HttpServers,
     InProcessServers,
     LocalExecutor,
+    ProcessExecutor,
     RayExecutor,
     collect,
     make_executor,
@@ -49,6 +51,7 @@ from compactsim.agents.rollout.script import (
 from compactsim.agents.rollout.session import CompactionSession, build_generation_contract
 
 __all__ = [
+    "EXECUTOR_KINDS",
     "PRESETS",
     "CollectedRollout",
     "CompactionScheduleConfig",
@@ -60,6 +63,7 @@ __all__ = [
     "ImageSpec",
     "InProcessServers",
     "LocalExecutor",
+    "ProcessExecutor",
     "RayExecutor",
     "ReasoningRecencyConfig",
     "RecencyHistoryPolicyConfig",

@@ -12,6 +12,8 @@ from typing import Annotated
 
 import typer
 
+from compactsim.harness.core.gc_passes import use_fewer_gc_passes
+
 app = typer.Typer(
     name="compactsim",
     help="Deterministic harness for training context-compacted agent rollouts with GRPO.",
@@ -19,7 +21,6 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-
 
 
 def installed_version() -> str:
@@ -47,6 +48,7 @@ def _main(
 
     Exit codes: 0 success, 1 findings, 2 bad input / usage / setup, 3 Gym drift.
     """
+    use_fewer_gc_passes()  # this process is ours: large JSON trees, fewer collector passes (gc_passes)
 
 
 #: Command modules, each exposing `register(app)`. Missing optional modules are skipped so a

@@ -19,6 +19,7 @@ from concurrent.futures.process import BrokenProcessPool
 from typing import Any, TypeVar
 
 from compactsim.harness.core.errors import CompactsimError, ConfigError
+from compactsim.harness.core.gc_passes import use_fewer_gc_passes
 
 R = TypeVar("R")
 #: Worker processes the commands use by default, capped by the CPU count: each pins torch to one thread.
@@ -61,7 +62,8 @@ def run_in_processes(
     out: list[Any] = [None] * len(payloads)
     try:
         context = multiprocessing.get_context("spawn")
-        pool = ProcessPoolExecutor(max_workers=max(1, min(workers, len(payloads))), mp_context=context)
+        pool = ProcessPoolExecutor(max_workers=max(1, min(workers, len(payloads))), mp_context=context,
+                                   initializer=use_fewer_gc_passes)
     except (OSError, NotImplementedError, ImportError):  # no semaphores here (e.g. no /dev/shm): same results, one process
         for k in range(len(payloads)):
             out[k] = work(*payloads[k])

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import functools
 import json
 import logging
 import math
@@ -29,6 +28,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+import numpy as np
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from compactsim.mock_servers.loop_thread import LoopThread
@@ -90,24 +90,56 @@ def field_path(path: tuple[str | int, ...]) -> str:
     return out or "body"
 
 
-def _may_hold_unsafe_numbers(raw: bytes, int_digits: int) -> bool:
-    """Whether `raw` could hold an integer longer than `int_digits` or a float that overflows.
+# a JSON string literal; on a valid body, blanking these leaves exactly its structure and numbers.
+# An unclosed one runs to the end, so no attempt fails after a long scan (no quadratic bodies).
+_STRING_LITERAL = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*(?:"|\Z)', re.DOTALL)
+# escapes and UTF-8 bytes that decode to a surrogate (`json.loads` of bytes uses "surrogatepass")
+_SURROGATE_SOURCE = re.compile(rb"\\u[dD][89a-fA-F]|\xed[\xa0-\xbf]")
+_DIGITS_AS_ZERO = bytes.maketrans(b"123456789E", b"000000000e")
+_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
+_BRACKET_STEP = np.zeros(256, dtype=np.int32)
+_BRACKET_STEP[list(b"[{")] = 1
+_BRACKET_STEP[list(b"]}")] = -1
+
+
+def _structure(raw: bytes) -> bytes | None:
+    """`raw` with its string literals removed, or None when it is not UTF-8 (UTF-16/32 put a NUL
+    after every digit, so no byte pattern can see their numbers: they always take the hooks)."""
+    if json.detect_encoding(raw) not in ("utf-8", "utf-8-sig"):
+        return None
+    return _STRING_LITERAL.sub(b"", raw)
+
+
+def _may_hold_unsafe_numbers(structure: bytes, int_digits: int) -> bool:
+    """Whether a body could hold an integer longer than `int_digits` or a float that overflows.
 
     Both need a run of more than `int_digits` digits (or of more than 200, where a float could
-    overflow with a two-digit exponent) or a number with an exponent of three digits or more
-    (``1e999``); a UTF-8 body without either (almost every body: token arrays are short numbers)
-    is decoded without the per-number Python hooks. Text inside strings (base64 images) may match
-    too, and UTF-16/32 bodies always take the hooks: that only costs the slow path.
+    overflow with a two-digit exponent) or an exponent of three digits or more (``1e999``). With
+    strings blanked out (`_structure`), every digit left belongs to a number, so two substring
+    searches decide it; a body without either (almost every body: token arrays are short
+    numbers) is decoded without the per-number Python hooks.
     """
-    if json.detect_encoding(raw) not in ("utf-8", "utf-8-sig"):
-        return True  # UTF-16/32 puts a NUL after every digit: the byte pattern below cannot see numbers
-    # a digit run of at most 200 with a two-digit exponent stays below 1e299: finite whatever the cap
-    return _unsafe_number_pattern(min(int_digits, 200) + 1).search(raw) is not None
+    digits = structure.translate(_DIGITS_AS_ZERO)
+    run = b"0" * (min(int_digits, 200) + 1)
+    return run in digits or b"e000" in digits or b"e+000" in digits or b"e-000" in digits
 
 
-@functools.lru_cache(maxsize=8)
-def _unsafe_number_pattern(run: int) -> re.Pattern[bytes]:
-    return re.compile(rb"[0-9]{%d}|(?<![0-9A-Za-z_.+/-])-?[0-9]+(?:\.[0-9]+)?[eE][+-]?[0-9]{3,}(?![0-9A-Za-z_])" % run)
+def _structure_proves_clean(raw: bytes, structure: bytes, max_depth: int) -> bool:
+    """Whether `check_tree` must pass on a body decoded without hooks.
+
+    `check_tree` then fails only on a constant (``NaN``, ``Infinity``), on a string holding a
+    lone surrogate, or on nesting deeper than `max_depth`. The structure shows constants and
+    depth exactly (a constant is a bare word; the depth is the running bracket count, brackets
+    inside strings excluded). Surrogates can only come from a ``\\uD8..``-``\\uDF..`` escape or
+    UTF-8 ``ED A0..BF`` bytes, looked for anywhere (a match in a paired escape only costs the
+    walk). The walk costs a Python step per token id; this is a few C passes over the bytes.
+    """
+    if b"NaN" in structure or b"Infinity" in structure or _SURROGATE_SOURCE.search(raw) is not None:
+        return False
+    brackets = structure.translate(None, _NOT_BRACKETS)
+    if len(brackets) <= max_depth:
+        return True
+    return int(np.cumsum(_BRACKET_STEP[np.frombuffer(brackets, dtype=np.uint8)]).max()) <= max_depth
 
 
 def load_json(raw: bytes, limits: JsonLimits) -> Any:
@@ -121,8 +153,10 @@ def load_json(raw: bytes, limits: JsonLimits) -> Any:
         value = float(text)
         return value if math.isfinite(value) else _NonFinite(text)
 
+    structure = _structure(raw)
+    hooked = structure is None or _may_hold_unsafe_numbers(structure, cap)
     try:
-        if _may_hold_unsafe_numbers(raw, cap):
+        if hooked:
             obj = json.loads(raw, parse_int=parse_int, parse_float=parse_float, parse_constant=_NonFinite)
         else:  # the C decoder alone: no long integer, no constant, no exponent that could overflow
             obj = json.loads(raw, parse_constant=_NonFinite)
@@ -135,7 +169,8 @@ def load_json(raw: bytes, limits: JsonLimits) -> Any:
         raise LimitExceeded(422, "json_syntax", "body", f"invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
     except ValueError as exc:  # a backstop: Python's own integer-size guard, should a number reach it
         raise LimitExceeded(422, "max_int_digits", "body", f"a number in the body cannot be read: {exc}") from None
-    check_tree(obj, limits)
+    if structure is None or hooked or not _structure_proves_clean(raw, structure, limits.max_depth):
+        check_tree(obj, limits)  # finds the problem and names its field
     return obj
 
 

@@ -10,6 +10,8 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, settings
 
+from compactsim.harness.core.gc_passes import use_fewer_gc_passes
+
 # `ci`: derandomized, no example database, reproduction blob printed on failure.
 settings.register_profile(
     "ci",
@@ -21,6 +23,9 @@ settings.register_profile(
 )
 settings.register_profile("dev", deadline=None, max_examples=200)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+# the collector thresholds the `compactsim` command runs with (harness/core/gc_passes.py)
+use_fewer_gc_passes()
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO / "examples"

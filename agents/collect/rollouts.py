@@ -1,24 +1,22 @@
-"""Collect many rollouts: agent loop + reward + emitted evidence + ground truth, on threads or Ray actors.
+"""One rollout end to end (agent loop + reward + emitted evidence + ground truth), and where its servers are.
 
 Each rollout is independent and the servers answer as pure functions of the request, so the
-results (evidence and ground-truth bytes) are identical for every executor and worker count;
-they are returned in input order. Servers are described by picklable `Servers` values so a Ray
+results (evidence and ground-truth bytes) are identical for every executor and worker count
+(`executors`). Servers are described by picklable `Servers` values so a worker process or Ray
 actor can open its own clients: `HttpServers` (real ports on 127.0.0.1) or `InProcessServers`
-(FastAPI apps built inside the worker and served through `TestClient`).
+(FastAPI apps built inside the worker and served in process, no port).
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Protocol
 
 import httpx
 
-from compactsim.agents.collect.ray_local import local_ray
 from compactsim.agents.evidence import emit_response, emit_result, responses_create_params
 from compactsim.agents.rollout.ground_truth import ground_truth_log
 from compactsim.agents.rollout.gym_response import IdMint, derived_id
@@ -191,109 +189,12 @@ def server_script(specs: Sequence[RolloutSpec]) -> dict[str, list[dict[str, Any]
     return table
 
 
-# ---------------------------------------------------------------------------------------------- executors
-
-
-def _run_many(
-    servers: Servers, items: Sequence[tuple[int, RolloutSpec]], retry: RetryPolicy, threads: int
-) -> list[CollectedRollout]:
-    with servers.open() as (model, reward):
-        if threads <= 1:
-            return [run_rollout(s, model_client=model, reward_client=reward, retry=retry, index=i) for i, s in items]
-        with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="rollout") as pool:
-            futures = [pool.submit(run_rollout, s, model_client=model, reward_client=reward, retry=retry, index=i)
-                       for i, s in items]
-            return [f.result() for f in futures]
-
-
-@dataclass(frozen=True)
-class LocalExecutor:
-    """Threads in this process sharing one client per server (the default)."""
-
-    workers: int = 4
-
-    def map(self, servers: Servers, specs: Sequence[RolloutSpec], *, retry: RetryPolicy) -> list[CollectedRollout]:
-        if self.workers < 1:
-            raise ValueError(f"workers={self.workers}: expected >= 1")
-        return _run_many(servers, list(enumerate(specs)), retry, self.workers)
-
-
-class _RayWorker:
-    """A Ray actor body: opens its own clients and runs its share of the rollouts in order."""
-
-    def __init__(self, servers: Servers, retry: RetryPolicy) -> None:
-        self.servers = servers
-        self.retry = retry
-
-    def run(self, items: list[tuple[int, dict[str, Any]]]) -> list[CollectedRollout]:
-        specs = [(i, RolloutSpec.model_validate(s)) for i, s in items]
-        return _run_many(self.servers, specs, self.retry, 1)
-
-
-@dataclass(frozen=True)
-class RayExecutor:
-    """Ray actors on a local, loopback-only Ray instance (dashboard off, auth disabled)."""
-
-    workers: int = 2
-
-    def map(self, servers: Servers, specs: Sequence[RolloutSpec], *, retry: RetryPolicy) -> list[CollectedRollout]:
-        if self.workers < 1:
-            raise ValueError(f"workers={self.workers}: expected >= 1")
-        with ray_session(self.workers):
-            import ray
-
-            actor = ray.remote(num_cpus=0)(_RayWorker)
-            actors = [actor.remote(servers, retry) for _ in range(self.workers)]
-            items = [(i, s.model_dump(mode="json")) for i, s in enumerate(specs)]
-            shares = [items[k:: self.workers] for k in range(self.workers)]
-            refs = [a.run.remote(share) for a, share in zip(actors, shares) if share]
-            results = [r for batch in ray.get(refs) for r in batch]
-        return sorted(results, key=lambda r: r.index)
-
-
-def ray_session(num_cpus: int):  # -> ContextManager[None]
-    """Ray on 127.0.0.1 for collection (see `compactsim.agents.collect.ray_local.local_ray`)."""
-    return local_ray(num_cpus)
-
-
-Executor = LocalExecutor | RayExecutor
-
-
-def make_executor(kind: Literal["local", "ray"], workers: int) -> Executor:
-    """An executor by name."""
-    if kind == "local":
-        return LocalExecutor(workers)
-    if kind == "ray":
-        return RayExecutor(workers)
-    raise ValueError(f"executor={kind!r}: expected 'local' or 'ray'")
-
-
-def collect(
-    specs: Sequence[RolloutSpec],
-    servers: Servers,
-    *,
-    executor: Executor | None = None,
-    retry: RetryPolicy = RetryPolicy(),
-) -> list[CollectedRollout]:
-    """Run every spec; results in input order, identical for every executor and worker count."""
-    ids = [s.rollout_id for s in specs]
-    if len(set(ids)) != len(ids):
-        raise ValueError("rollout ids must be unique within one collection")
-    return (executor or LocalExecutor()).map(servers, specs, retry=retry)
-
-
 __all__ = [
     "CollectedRollout",
-    "Executor",
     "HttpServers",
     "InProcessServers",
-    "LocalExecutor",
-    "RayExecutor",
     "Servers",
     "Timings",
-    "collect",
-    "make_executor",
-    "ray_session",
     "run_rollout",
     "server_script",
     "verify_reward",

@@ -239,8 +239,9 @@ def rollout_command(
     images_per_observation: Annotated[int, typer.Option(help="screenshots returned by each tool call")] = 1,
     image_pattern: Annotated[str, typer.Option(help="screens, shapes (same shape, new colour), repeated, reordered")] = "screens",
     reward_pattern: Annotated[str, typer.Option(help="comma-separated rewards by rollout index, cycled")] = "1,0",
-    executor: Annotated[str, typer.Option(help="local (threads) or ray (actors on 127.0.0.1)")] = "local",
-    workers: Annotated[int, typer.Option(help="worker threads or Ray actors; results do not depend on it")] = 2,
+    executor: Annotated[str, typer.Option(help="local (threads), processes (spawned workers, beyond the GIL) or ray "
+                                               "(actors on 127.0.0.1)")] = "local",
+    workers: Annotated[int, typer.Option(help="worker threads, processes or Ray actors; results do not depend on it")] = 2,
     json_output: Annotated[bool, typer.Option("--json", help="print the summary as JSON")] = False,
 ) -> None:
     """Run scripted rollouts (or one step of a catalogue scenario) in-process; write evidence + ground truth."""
@@ -265,8 +266,7 @@ def rollout_command(
             raise ConfigError("invalid_argument", f"--reward-pattern={reward_pattern!r}: expected numbers like 1,0") from None
         if not pattern:
             raise ConfigError("invalid_argument", "--reward-pattern: expected at least one number")
-        if executor not in ("local", "ray"):
-            raise ConfigError("invalid_argument", f"--executor={executor!r}: expected local or ray")
+        _check_executor(executor)
         if workers < 1:
             raise ConfigError("invalid_argument", f"--workers={workers}: expected >= 1")
         servers = InProcessServers(
@@ -280,6 +280,13 @@ def rollout_command(
     _finish(rows, out, json_output)
 
 
+def _check_executor(executor: str) -> None:
+    from compactsim.agents import EXECUTOR_KINDS
+
+    if executor not in EXECUTOR_KINDS:
+        raise ConfigError("invalid_argument", f"--executor={executor!r}: expected one of {', '.join(EXECUTOR_KINDS)}")
+
+
 def _usage_error(message: str) -> NoReturn:
     err_console.print(f"[red]usage error[/red]: {rich_escape(message)}", markup=True)
     raise typer.Exit(ExitCode.ERROR)
@@ -289,8 +296,7 @@ def _scenario_command(name: str, *, step: int, seed: int | None, out: Path, exec
                       json_output: bool) -> NoReturn:
     """`--scenario NAME [--step K]`: collect the step, write its files, exit."""
     try:
-        if executor not in ("local", "ray"):
-            raise ConfigError("invalid_argument", f"--executor={executor!r}: expected local or ray")
+        _check_executor(executor)
         if workers < 1:
             raise ConfigError("invalid_argument", f"--workers={workers}: expected >= 1")
         scenario = scenario_step(name, step=step, seed=seed)

@@ -9,6 +9,8 @@ violations: it segments by what the tokens show and lists every violation for di
 
 from __future__ import annotations
 
+import ctypes
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -306,13 +308,52 @@ def _is_prefix(prefix: Sequence[int], seq: Sequence[int]) -> bool:
 
 
 def _extends(prev: ModelCall, prompt: Sequence[int]) -> bool:
-    """`prev.prompt + prev.sampled` is a prefix of `prompt`, compared in two pieces (no concatenated copy)."""
+    """`prev.prompt + prev.sampled` is a prefix of `prompt`, compared in two pieces (no concatenated copy).
+
+    The short sampled piece is compared by value; the long prompt piece is accepted outright when
+    `prompt` starts with the very same id objects (ingest shares them when a prompt extends the
+    previous context), and otherwise compared by value too.
+    """
     head, tail = prev.prompt_token_ids, prev.sampled_token_ids
     n_head = len(head)
     n = n_head + len(tail)
     if len(prompt) < n:
         return False
-    return prompt[n_head:n] == tail and prompt[:n_head] == head
+    return prompt[n_head:n] == tail and (_starts_with_same_objects(prompt, head) or prompt[:n_head] == head)
+
+
+def _c_memcmp():  # the C library's memcmp, already in the process on POSIX; None where it cannot be found
+    try:
+        memcmp = ctypes.CDLL(None).memcmp
+    except (AttributeError, OSError, TypeError):
+        return None
+    memcmp.restype = ctypes.c_int
+    memcmp.argtypes = (ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t)
+    return memcmp
+
+
+_MEMCMP = _c_memcmp()
+#: CPython stores a tuple's item pointers from `tuple.__basicsize__` on, `tuple.__itemsize__` apart,
+#: and `id()` is an object's address (documented CPython details); elsewhere the shortcut is off.
+_RAW_TUPLES = (
+    _MEMCMP is not None
+    and sys.implementation.name == "cpython"
+    and tuple.__itemsize__ == ctypes.sizeof(ctypes.c_void_p)
+)
+
+
+def _starts_with_same_objects(seq: Sequence[int], prefix: Sequence[int]) -> bool:
+    """True only if `seq` starts with exactly the objects of `prefix` (same identities, in order).
+
+    Tuple `==` tests identity before value for each element, so this is an exact shortcut for
+    accepting, never a reason to reject: False just means "compare by value". It compares the two
+    item-pointer arrays in place instead of slicing `seq`, a copy that also touches every id
+    object twice (reference counts) and was most of the planner's time.
+    """
+    if not _RAW_TUPLES or type(seq) is not tuple or type(prefix) is not tuple or len(prefix) > len(seq):
+        return False
+    items = tuple.__basicsize__
+    return _MEMCMP(id(seq) + items, id(prefix) + items, len(prefix) * tuple.__itemsize__) == 0
 
 
 def _segment(evidence: RolloutEvidence, out: list[Violation]) -> list[_Start]:

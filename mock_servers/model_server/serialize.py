@@ -1,5 +1,7 @@
 """Turn a `Generation` into vLLM chat-completion and Gym Responses JSON (plain dicts, stable bytes).
 
+The dicts hold ``routed_experts`` as an `ArrayJSON`; `dumps` writes it byte-for-byte as ``routes.tolist()``.
+
 Chat completion (vLLM + the extensions Gym reads)::
 
     {"id": "chatcmpl-<digest24>", "object": "chat.completion", "created": 0, "model": ...,
@@ -21,18 +23,147 @@ and ``routed_experts``; ``status`` is "incomplete" with ``incomplete_details.rea
 from __future__ import annotations
 
 import json
+from functools import lru_cache
 from typing import Any
+
+import numpy as np
 
 from compactsim.harness.core import tokenizer as tok
 from compactsim.mock_servers.model_server.engine import Generation
 
 
+class ArrayJSON:
+    """A non-negative int array standing in a body for its nested-list JSON, encoded by `dumps` without `tolist`.
+
+    `dumps` writes exactly the bytes it would for ``array.tolist()``; no other encoder accepts it.
+    """
+
+    __slots__ = ("array", "_fast", "_done")
+
+    def __init__(self, array: np.ndarray) -> None:
+        self.array = array
+        self._fast: bytes | None = None
+        self._done = False  # `_fast` computed (kept for the ensure_ascii retry)
+
+    def fast_bytes(self) -> bytes | None:
+        """The compact JSON of the array when the vectorised encoder applies, else None."""
+        if not self._done:
+            self._fast, self._done = _fast_int_array_json(self.array), True
+        return self._fast
+
+    def plain(self) -> Any:
+        return self.array.tolist() if isinstance(self.array, np.ndarray) else self.array
+
+
+_PAD = 0xFF  # never an ASCII byte: marks suppressed leading-zero slots
+_MAX_FAST = 10**18  # values below this fit the digit arithmetic in int64
+
+
+@lru_cache(maxsize=64)
+def _row_template(rest: tuple[int, ...], width: int) -> tuple[np.ndarray, np.ndarray]:
+    """(uint8 bytes of one row's JSON + ',', slot columns (E, width)) with every value `width` digits wide."""
+    row = json.dumps(np.zeros(rest, dtype=np.int64).tolist(), separators=(",", ":")) + ","
+    row = row.replace("0", "0" * width)  # the only digits in the template are the zero values
+    buf = np.frombuffer(row.encode("ascii"), dtype=np.uint8).copy()
+    slots = np.flatnonzero(buf == ord("0")).reshape(-1, width)
+    buf.setflags(write=False)
+    slots.setflags(write=False)
+    return buf, slots
+
+
+def _fast_int_array_json(a: Any) -> bytes | None:
+    """``json.dumps(a.tolist(), separators=(",", ":")).encode()`` for a non-empty non-negative int array, else None."""
+    if not isinstance(a, np.ndarray) or a.dtype.kind not in "iu" or a.ndim < 1 or a.size == 0:
+        return None
+    hi = int(a.max())
+    if int(a.min()) < 0 or hi >= _MAX_FAST:
+        return None
+    width = len(str(hi))
+    n = a.shape[0]
+    rest = tuple(int(d) for d in a.shape[1:])
+    template, slots = _row_template(rest, width)
+    rowlen = template.size
+    out = np.empty(n * rowlen + 1, dtype=np.uint8)
+    out[0] = ord("[")
+    rows = out[1:].reshape(n, rowlen)
+    rows[:] = template
+    v = a.reshape(n, -1)
+    if width == 1:
+        rows[:, slots[:, 0]] = v + ord("0")
+    else:
+        v = v.astype(np.int64, copy=False)
+        for j in range(width):
+            place = 10 ** (width - 1 - j)
+            digit = ((v // place) % 10 + ord("0")).astype(np.uint8)
+            if place > 1:
+                digit[v < place] = _PAD  # leading zero: dropped below
+            rows[:, slots[:, j]] = digit
+    out[-1] = ord("]")  # replaces the last row's ','
+    if width > 1:
+        out = out[out != _PAD]
+    return out.tobytes()
+
+
+def int_array_json(a: Any) -> bytes:
+    """Exactly ``json.dumps(a.tolist(), separators=(",", ":")).encode()``, vectorised for non-negative ints."""
+    fast = _fast_int_array_json(a)
+    if fast is not None:
+        return fast
+    return json.dumps(a.tolist(), separators=(",", ":")).encode("utf-8")
+
+
+# Stands for the i-th fragment during encoding. A str in the body that encodes to the same token is caught by
+# the uniqueness check in `_splice` (every token must occur exactly once), which then falls back to plain lists.
+_SLOT = "\x00compactsim.array_json.{}\x00"
+
+
+def _encode(obj: Any, ensure_ascii: bool, fragments: list[bytes] | None) -> bytes:
+    def default(o: Any) -> Any:
+        if isinstance(o, ArrayJSON):
+            fast = None if fragments is None else o.fast_bytes()
+            if fragments is None or fast is None:
+                return o.plain()  # encoded by json itself, like the lists it stands for
+            fragments.append(fast)
+            return _SLOT.format(len(fragments) - 1)
+        raise TypeError(f"Object of type {o.__class__.__name__} is not JSON serializable")
+
+    text = json.dumps(obj, ensure_ascii=ensure_ascii, separators=(",", ":"), allow_nan=False, default=default)
+    return text.encode("ascii" if ensure_ascii else "utf-8")
+
+
+def _splice(data: bytes, fragments: list[bytes]) -> bytes | None:
+    """`data` with each slot token replaced by its fragment; None when any token is not unique."""
+    pieces: list[bytes] = []
+    at = 0
+    for i, frag in enumerate(fragments):
+        token = json.dumps(_SLOT.format(i)).encode("ascii")
+        pos = data.find(token)
+        if pos < at or data.find(token, pos + 1) != -1:  # missing, out of order, or also inside user text
+            return None
+        pieces += (data[at:pos], frag)
+        at = pos + len(token)
+    pieces.append(data[at:])
+    return b"".join(pieces)
+
+
+def _dumps(obj: Any, ensure_ascii: bool) -> bytes:
+    fragments: list[bytes] = []
+    data = _encode(obj, ensure_ascii, fragments)
+    if not fragments:
+        return data
+    spliced = _splice(data, fragments)
+    return spliced if spliced is not None else _encode(obj, ensure_ascii, None)
+
+
 def dumps(obj: Any) -> bytes:
-    """Compact JSON bytes; UTF-8 kept unless text holds escaped raw bytes (lone surrogates)."""
+    """Compact JSON bytes; UTF-8 kept unless text holds escaped raw bytes (lone surrogates).
+
+    `ArrayJSON` values are written exactly as their ``tolist()`` would be, without building the lists.
+    """
     try:
-        return json.dumps(obj, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode("utf-8")
+        return _dumps(obj, ensure_ascii=False)
     except UnicodeEncodeError:
-        return json.dumps(obj, ensure_ascii=True, separators=(",", ":"), allow_nan=False).encode("ascii")
+        return _dumps(obj, ensure_ascii=True)
 
 
 def _token_bytes(token_id: int) -> list[int]:
@@ -45,8 +176,8 @@ def _token_name(token_id: int, as_ids: bool) -> str:
     return f"token_id:{token_id}" if as_ids else tok.token_repr(token_id)
 
 
-def _routes(gen: Generation) -> list | None:
-    return None if gen.routes is None else gen.routes.tolist()
+def _routes(gen: Generation) -> ArrayJSON | None:
+    return None if gen.routes is None else ArrayJSON(gen.routes)
 
 
 def chat_completion(gen: Generation, *, model: str, request_digest: str, want_logprobs: bool, as_ids: bool,
@@ -127,4 +258,4 @@ def responses_body(gen: Generation, *, model: str, request_digest: str, tools: l
     }
 
 
-__all__ = ["chat_completion", "dumps", "responses_body"]
+__all__ = ["ArrayJSON", "chat_completion", "dumps", "int_array_json", "responses_body"]

@@ -3,10 +3,20 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
-from compactsim.agents.collect import InProcessServers, LocalExecutor, collect, make_executor, run_rollout, server_script
+from compactsim.agents.collect import (
+    InProcessServers,
+    LocalExecutor,
+    ProcessExecutor,
+    collect,
+    make_executor,
+    run_rollout,
+    server_script,
+)
+from compactsim.harness.core.errors import ConfigError
 from compactsim.harness.core.contract import RunResult
 
 
@@ -70,3 +80,34 @@ def test_unknown_executor_and_bad_worker_counts_are_rejected(spec_for):
     specs = _group(spec_for, n=1)
     with pytest.raises(ValueError, match="workers=0"):
         collect(specs, _servers(specs), executor=LocalExecutor(0))
+
+
+def test_worker_processes_give_the_threads_results_and_are_kept_inside_a_with_block(spec_for):
+    specs = _group(spec_for, n=5, turns=3)
+    local = collect(specs, _servers(specs), executor=LocalExecutor(1))
+    with ProcessExecutor(2) as executor:
+        first = collect(specs, _servers(specs), executor=executor)
+        pool = executor._pool
+        second = collect(specs[:3], _servers(specs[:3]), executor=executor)
+        assert pool is not None and executor._pool is pool  # one start-up for both collections
+    assert executor._pool is None
+    assert [c.artifact_digest() for c in first] == [c.artifact_digest() for c in local]
+    assert [c.index for c in first] == list(range(5))
+    assert [c.artifact_digest() for c in second] == [c.artifact_digest() for c in local[:3]]
+    assert isinstance(make_executor("processes", 2), ProcessExecutor)
+
+
+class _DyingServers:
+    """Servers whose worker exits at once (as a killed or out-of-memory worker would)."""
+
+    def open(self):
+        os._exit(3)
+
+
+def test_a_dead_worker_process_is_a_typed_error_and_the_bare_executor_stops_its_processes(spec_for):
+    specs = _group(spec_for, n=2)
+    executor = ProcessExecutor(2)
+    with pytest.raises(ConfigError) as info:
+        collect(specs, _DyingServers(), executor=executor)
+    assert info.value.code == "worker_failed"
+    assert executor._pool is None

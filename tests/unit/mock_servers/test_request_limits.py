@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
+from hypothesis import given
+from hypothesis import settings as hypothesis_settings
+from hypothesis import strategies as st
 from fastapi.testclient import TestClient
 
-from compactsim.mock_servers.limits import JsonLimits, LimitExceeded, load_json
+from compactsim.mock_servers.limits import JsonLimits, LimitExceeded, _NonFinite, check_tree, load_json
 from compactsim.mock_servers.model_server import Limits, ServerSettings
 from compactsim.mock_servers.model_server.limits import prompt_text_bytes
 from compactsim.mock_servers.reward_server import RewardSettings
@@ -244,3 +248,64 @@ def test_the_hook_free_decode_never_lets_an_unsafe_number_through(raw, limits, l
 def test_the_hook_free_decode_reads_the_same_values():
     raw = b'{"ids": [1, 20, 300], "lp": [-0.5, -1.25e-5, 1.5E+12], "s": "9e2631", "big": 12345678901234567890}'
     assert load_json(raw, JsonLimits()) == json.loads(raw)
+
+
+@pytest.mark.parametrize(
+    ("raw", "limit", "field"),
+    [
+        (b'{"a": [NaN]}', "finite_numbers", "a[0]"),
+        (b'{"s": "NaN and Infinity are words here", "b": -Infinity}', "finite_numbers", "b"),
+        (b'{"s": "\\ud800"}', "unicode_text", "s"),
+        (b'{"ok": "\\ud83d\\ude00", "bad": ["\\udfff"]}', "unicode_text", "bad[0]"),
+        ('{"s": "x"}'.encode().replace(b"x", b"\xed\xa0\x80"), "unicode_text", "s"),
+        (b'{"s": "]]]]]]]]", "d": ' + b"[" * 65 + b"]" * 65 + b"}", "max_json_depth", "d" + "[0]" * 63),
+    ],
+    ids=["nan", "inf-after-words", "lone-escape", "paired-then-lone", "utf8-surrogate-bytes", "depth-behind-brackets-in-strings"],
+)
+def test_the_byte_proof_never_hides_a_problem(raw, limit, field):
+    """Bodies decoded without hooks skip the tree walk only when their bytes prove it would pass."""
+    with pytest.raises(LimitExceeded) as info:
+        load_json(raw, JsonLimits())
+    assert (info.value.limit, info.value.field) == (limit, field)
+
+
+def test_the_byte_proof_passes_deep_but_allowed_bodies_and_brackets_in_strings():
+    raw = b'{"s": "[[[[{{{{", "d": ' + b"[" * 63 + b"]" * 63 + b"}"  # depth 64 = the limit
+    assert load_json(raw, JsonLimits()) == json.loads(raw)
+
+
+_json_leaves = st.one_of(
+    st.integers(-10**6, 10**6), st.floats(allow_nan=False, allow_infinity=False), st.booleans(), st.none(),
+    st.text(alphabet=st.characters(blacklist_categories=("Cs",)) | st.sampled_from("[]{}\"\\"), max_size=6),
+    st.sampled_from(["\ud800", "\udfff", "\ud83d\ude00", "NaN", "]]", "{{"]),
+    st.sampled_from([math.nan, math.inf, -math.inf]),
+)
+_json_trees = st.recursive(_json_leaves, lambda kids: st.lists(kids, max_size=4) | st.dictionaries(st.text(max_size=3), kids, max_size=4),
+                           max_leaves=40)
+
+
+@hypothesis_settings(max_examples=400, deadline=None)
+@given(_json_trees, st.integers(1, 8), st.booleans())
+def test_the_byte_proof_agrees_with_the_tree_walk(tree, max_depth, ascii_only):
+    """Whatever the body, `load_json` fails exactly when the full walk of its decode fails, with the same field."""
+    raw = json.dumps(tree, ensure_ascii=ascii_only).encode("utf-8", "surrogatepass")
+    limits = JsonLimits(max_depth=max_depth)
+    try:
+        check_tree(json.loads(raw, parse_constant=lambda c: _NonFinite(c)), limits)
+        walk = None
+    except LimitExceeded as exc:
+        walk = (exc.limit, exc.field)
+    try:
+        load_json(raw, limits)
+        got = None
+    except LimitExceeded as exc:
+        got = (exc.limit, exc.field)
+    assert got == walk
+
+
+@pytest.mark.parametrize("raw", [b'"' + b'\\"' * 200_000, b'["' + b'"\\' * 200_000 + b"]", b'{"a": "x\\'],
+                         ids=["escaped-quotes-unclosed", "alternating-quotes-and-backslashes", "trailing-backslash"])
+def test_unclosed_strings_get_a_syntax_error_without_a_quadratic_scan(raw):
+    with pytest.raises(LimitExceeded) as info:
+        load_json(raw, JsonLimits())
+    assert info.value.limit == "json_syntax"

@@ -8,7 +8,7 @@ import numpy as np
 
 from compactsim.harness.core.evidence import ModelCall, RolloutEvidence
 from compactsim.harness.pipeline.ingest import ingest_result
-from compactsim.harness.pipeline.planner import _first_positive, plan_evidence
+from compactsim.harness.pipeline.planner import _extends, _first_positive, _starts_with_same_objects, plan_evidence
 from compactsim.scenarios.payloads import Call, build_response
 
 
@@ -55,3 +55,33 @@ def test_ingested_prompts_equal_the_payload_whether_shared_or_not() -> None:
     assert all(type(t) is int for c in evidence.calls for t in c.prompt_token_ids)
     plan = plan_evidence(evidence)
     assert plan.violations == () and [t.turn_ids for t in plan.traces] == [(1, 2), (3, 4)]
+
+
+def _fresh(ids) -> tuple[int, ...]:
+    """Equal values held by new int objects (ids above 256 are not CPython's cached small ints)."""
+    return tuple(int(str(t)) for t in ids)
+
+
+def test_same_object_shortcut_accepts_only_the_very_same_objects() -> None:
+    head = _fresh(range(1000, 1400))
+    shared = head + _fresh((7, 1500))
+    assert _starts_with_same_objects(shared, head)  # the fast path is on (CPython) and accepts a shared prefix
+    assert _starts_with_same_objects(shared, ()) and _starts_with_same_objects(head, head)
+    assert not _starts_with_same_objects(_fresh(shared), head)  # equal values, other objects: compare by value
+    for at in (0, 1, 200, len(head) - 1):  # one object swapped for another value: never accepted
+        bad = shared[:at] + (shared[at] + 1,) + shared[at + 1 :]
+        assert not _starts_with_same_objects(bad, head), at
+    assert not _starts_with_same_objects(head[:-1], head)  # a prefix longer than the sequence
+    assert not _starts_with_same_objects(list(shared), head)  # only plain tuples are read in place
+
+
+def test_extends_decides_as_the_plain_prefix_comparison() -> None:
+    prev = ModelCall(turn_id=1, prompt_token_ids=_fresh(range(1000, 1300)), sampled_token_ids=_fresh((2000, 2001)),
+                     sampled_logprobs=(-0.5, -0.5))
+    context = prev.prompt_token_ids + prev.sampled_token_ids
+    prompts = [context, context + (5,), _fresh(context) + (5,), context[:-1], ()]
+    for at in (0, 150, 299, 300, 301):  # shared objects except one position (head or sampled piece)
+        prompts.append(context[:at] + (context[at] + 1,) + context[at + 1 :] + (9,))
+        prompts.append(context[:at] + (int(str(context[at])),) + context[at + 1 :])  # equal value, new object
+    for prompt in prompts:
+        assert _extends(prev, prompt) == (prompt[: len(context)] == context), prompt[:3]
