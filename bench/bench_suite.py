@@ -99,7 +99,10 @@ def main() -> None:
     args = parser.parse_args()
     import torch
 
+    from compactsim.harness.core.gc_passes import use_fewer_gc_passes
+
     torch.set_num_threads(1)
+    use_fewer_gc_passes()  # this process stands for the `compactsim` command, which raises them at start
     names = QUICK if args.quick else ()
     suite = _suite(names)
     parallel = _parallel_suite(names)

@@ -91,8 +91,9 @@ def field_path(path: tuple[str | int, ...]) -> str:
 
 
 # a JSON string literal; on a valid body, blanking these leaves exactly its structure and numbers.
-# An unclosed one runs to the end, so no attempt fails after a long scan (no quadratic bodies).
-_STRING_LITERAL = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*(?:"|\Z)', re.DOTALL)
+# An unclosed one (even one ending in a lone backslash) runs to the end: no attempt can fail after
+# a long scan, which would make `sub` quadratic in the body size.
+_STRING_LITERAL = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*(?:"|\\?\Z)', re.DOTALL)
 # escapes and UTF-8 bytes that decode to a surrogate (`json.loads` of bytes uses "surrogatepass")
 _SURROGATE_SOURCE = re.compile(rb"\\u[dD][89a-fA-F]|\xed[\xa0-\xbf]")
 _DIGITS_AS_ZERO = bytes.maketrans(b"123456789E", b"000000000e")
@@ -137,7 +138,7 @@ def _structure_proves_clean(raw: bytes, structure: bytes, max_depth: int) -> boo
     if b"NaN" in structure or b"Infinity" in structure or _SURROGATE_SOURCE.search(raw) is not None:
         return False
     brackets = structure.translate(None, _NOT_BRACKETS)
-    if len(brackets) <= max_depth:
+    if not brackets or len(brackets) <= max_depth:
         return True
     return int(np.cumsum(_BRACKET_STEP[np.frombuffer(brackets, dtype=np.uint8)]).max()) <= max_depth
 

@@ -14,6 +14,7 @@ servers answer as pure functions of the request), so the choice is about speed o
 from __future__ import annotations
 
 import multiprocessing
+import pickle
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -49,6 +50,23 @@ def _shares(specs: Sequence[RolloutSpec], workers: int) -> list[list[tuple[int, 
 def _run_share(servers: Servers, retry: RetryPolicy, items: list[tuple[int, dict[str, Any]]]) -> list[CollectedRollout]:
     """A worker's share, in order, on servers it opens itself."""
     return _run_many(servers, [(i, RolloutSpec.model_validate(s)) for i, s in items], retry, 1)
+
+
+def _run_share_in_worker(servers: Servers, retry: RetryPolicy,
+                         items: list[tuple[int, dict[str, Any]]]) -> list[CollectedRollout]:
+    """`_run_share` in a worker process: an error that would not survive the trip back is re-raised typed.
+
+    An exception whose constructor does not match its pickled arguments fails to unpickle in the
+    parent, which then reports a dead worker instead of the error.
+    """
+    try:
+        return _run_share(servers, retry, items)
+    except Exception as exc:
+        try:
+            pickle.loads(pickle.dumps(exc))
+        except Exception:
+            raise ConfigError("worker_failed", f"a rollout worker failed: {type(exc).__name__}: {exc}") from None
+        raise
 
 
 def _pin_torch_threads() -> None:
@@ -102,13 +120,17 @@ class ProcessExecutor:
         if self.workers == 1 or len(specs) <= 1:  # nothing to share out: no process start-up to pay
             return _run_many(servers, list(enumerate(specs)), retry, 1)
         if self._pool is None:
-            self._pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=multiprocessing.get_context("spawn"),
-                                             initializer=_pin_torch_threads)
+            try:
+                self._pool = ProcessPoolExecutor(max_workers=self.workers, initializer=_pin_torch_threads,
+                                                 mp_context=multiprocessing.get_context("spawn"))
+            except (OSError, NotImplementedError, ImportError):  # no semaphores here (e.g. no /dev/shm)
+                return _run_many(servers, list(enumerate(specs)), retry, 1)  # the same results, in this process
         try:
-            futures = [self._pool.submit(_run_share, servers, retry, share) for share in _shares(specs, self.workers)]
+            futures = [self._pool.submit(_run_share_in_worker, servers, retry, share)
+                       for share in _shares(specs, self.workers)]
             results = [r for f in futures for r in f.result()]
         except BrokenProcessPool:
-            self._pool = None
+            self.close()
             raise ConfigError("worker_failed", "a rollout worker process died (killed, out of memory, or a crash in "
                                                "native code); rerun with the local executor to see why") from None
         finally:

@@ -8,8 +8,10 @@ so far). `bench/bench_rollouts.py` measured it at about a third of rollout colle
 thread: 19 rollouts/s with the defaults, 28 with `THRESHOLDS`). Reference cycles are still
 collected, only less often; no result depends on when.
 
-`fewer_gc_passes()` scopes the change to a block (collection uses it); `use_fewer_gc_passes()`
-is for entry points that own their process (the command line, spawned workers).
+The thresholds are process-wide. `fewer_gc_passes()` raises them while at least one block is
+open, on any thread (collection uses it), and the last block to close puts back what the first
+found (undoing any change made meanwhile); `use_fewer_gc_passes()` raises them for good, for entry
+points that own their process (the command line, spawned workers, the test session).
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
-"""Turn a `Generation` into vLLM chat-completion and Gym Responses JSON (plain dicts, stable bytes).
+"""Turn a `Generation` into vLLM chat-completion and Gym Responses JSON (dicts, stable bytes).
 
-The dicts hold ``routed_experts`` as an `ArrayJSON`; `dumps` writes it byte-for-byte as ``routes.tolist()``.
+The dicts hold ``routed_experts`` as an `ArrayJSON`, which only this module's `dumps` encodes
+(byte-for-byte as ``routes.tolist()`` would be): stdlib `json.dumps` refuses it.
 
 Chat completion (vLLM + the extensions Gym reads)::
 

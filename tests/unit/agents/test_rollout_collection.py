@@ -111,3 +111,29 @@ def test_a_dead_worker_process_is_a_typed_error_and_the_bare_executor_stops_its_
         collect(specs, _DyingServers(), executor=executor)
     assert info.value.code == "worker_failed"
     assert executor._pool is None
+
+
+class _Refused(Exception):
+    """An exception whose constructor does not match its pickled arguments (it cannot be unpickled)."""
+
+    def __init__(self, rule, detail):
+        super().__init__(detail)
+
+
+class _RefusingServers:
+    def __init__(self, error: str) -> None:
+        self.error = error
+
+    def open(self):
+        raise _Refused("rule", "server refused") if self.error == "odd" else ValueError("no servers here")
+
+
+def test_a_worker_error_reaches_the_caller_as_itself_or_typed_when_it_cannot_be_unpickled(spec_for):
+    specs = _group(spec_for, n=2)
+    with ProcessExecutor(2) as executor:
+        with pytest.raises(ValueError, match="no servers here") as plain:
+            collect(specs, _RefusingServers("plain"), executor=executor)
+        assert plain.type is ValueError  # as itself, not wrapped
+        with pytest.raises(ConfigError) as info:
+            collect(specs, _RefusingServers("odd"), executor=executor)
+    assert info.value.code == "worker_failed" and "_Refused: server refused" in info.value.detail

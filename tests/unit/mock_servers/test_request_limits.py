@@ -303,9 +303,13 @@ def test_the_byte_proof_agrees_with_the_tree_walk(tree, max_depth, ascii_only):
     assert got == walk
 
 
-@pytest.mark.parametrize("raw", [b'"' + b'\\"' * 200_000, b'["' + b'"\\' * 200_000 + b"]", b'{"a": "x\\'],
-                         ids=["escaped-quotes-unclosed", "alternating-quotes-and-backslashes", "trailing-backslash"])
+@pytest.mark.parametrize("raw", [b'"' + b'\\"' * 200_000, b'["' + b'"\\' * 200_000 + b"]", b'{"a": "x\\',
+                                 b'"' + b'\\"' * 200_000 + b"\\"],
+                         ids=["escaped-quotes-unclosed", "alternating-quotes-and-backslashes", "trailing-backslash",
+                              "escaped-quotes-then-a-lone-backslash"])
+@pytest.mark.timeout(60)
 def test_unclosed_strings_get_a_syntax_error_without_a_quadratic_scan(raw):
+    """400 KB bodies: a quadratic scan would take hours (the timeout fails it), a linear one milliseconds."""
     with pytest.raises(LimitExceeded) as info:
         load_json(raw, JsonLimits())
     assert info.value.limit == "json_syntax"
