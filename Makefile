@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-PYTEST_FLAGS ?= -q
+PYTEST_FLAGS ?= -q --durations=15
 
 .PHONY: run test test-fast fuzz bench clean
 
