@@ -32,7 +32,7 @@ from compactsim.harness.core.gc_passes import fewer_gc_passes
 def _run_many(
     servers: Servers, items: Sequence[tuple[int, RolloutSpec]], retry: RetryPolicy, threads: int
 ) -> list[CollectedRollout]:
-    with fewer_gc_passes(), servers.open() as (model, reward):
+    with servers.open() as (model, reward):
         if threads <= 1:
             return [run_rollout(s, model_client=model, reward_client=reward, retry=retry, index=i) for i, s in items]
         with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="rollout") as pool:
@@ -48,8 +48,9 @@ def _shares(specs: Sequence[RolloutSpec], workers: int) -> list[list[tuple[int, 
 
 
 def _run_share(servers: Servers, retry: RetryPolicy, items: list[tuple[int, dict[str, Any]]]) -> list[CollectedRollout]:
-    """A worker's share, in order, on servers it opens itself."""
-    return _run_many(servers, [(i, RolloutSpec.model_validate(s)) for i, s in items], retry, 1)
+    """A worker's share, in order, on servers it opens itself (no `collect` around it in a worker process or actor)."""
+    with fewer_gc_passes():
+        return _run_many(servers, [(i, RolloutSpec.model_validate(s)) for i, s in items], retry, 1)
 
 
 def _run_share_in_worker(servers: Servers, retry: RetryPolicy,

@@ -24,7 +24,7 @@ and ``routed_experts``; ``status`` is "incomplete" with ``incomplete_details.rea
 from __future__ import annotations
 
 import json
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from typing import Any
 
 import numpy as np
@@ -39,21 +39,13 @@ class ArrayJSON:
     `dumps` writes exactly the bytes it would for ``array.tolist()``; no other encoder accepts it.
     """
 
-    __slots__ = ("array", "_fast", "_done")
-
     def __init__(self, array: np.ndarray) -> None:
         self.array = array
-        self._fast: bytes | None = None
-        self._done = False  # `_fast` computed (kept for the ensure_ascii retry)
 
+    @cached_property
     def fast_bytes(self) -> bytes | None:
-        """The compact JSON of the array when the vectorised encoder applies, else None."""
-        if not self._done:
-            self._fast, self._done = _fast_int_array_json(self.array), True
-        return self._fast
-
-    def plain(self) -> Any:
-        return self.array.tolist() if isinstance(self.array, np.ndarray) else self.array
+        """The compact JSON of the array when the vectorised encoder applies, else None (kept for the ASCII retry)."""
+        return _fast_int_array_json(self.array)
 
 
 _PAD = 0xFF  # never an ASCII byte: marks suppressed leading-zero slots
@@ -121,9 +113,9 @@ _SLOT = "\x00compactsim.array_json.{}\x00"
 def _encode(obj: Any, ensure_ascii: bool, fragments: list[bytes] | None) -> bytes:
     def default(o: Any) -> Any:
         if isinstance(o, ArrayJSON):
-            fast = None if fragments is None else o.fast_bytes()
-            if fragments is None or fast is None:
-                return o.plain()  # encoded by json itself, like the lists it stands for
+            fast = None if fragments is None else o.fast_bytes
+            if fast is None:
+                return o.array.tolist()  # encoded by json itself, like the lists it stands for
             fragments.append(fast)
             return _SLOT.format(len(fragments) - 1)
         raise TypeError(f"Object of type {o.__class__.__name__} is not JSON serializable")
