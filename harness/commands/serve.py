@@ -60,10 +60,12 @@ def serve_command(
         raise typer.Exit(ExitCode.ERROR) from None
     import uvicorn
 
-    from compactsim.harness.core.policy import configure_determinism
     from compactsim.mock_servers.model_server import create_app
 
-    configure_determinism()
+    if server_settings.mode == "policy":  # scripted answers never touch torch: no import, a server up in under a second
+        from compactsim.harness.core.policy import configure_determinism
+
+        configure_determinism()
     err_console.print(f"compactsim mock model server: mode={mode} seed={seed} on http://{HOST}:{port}")
     uvicorn.run(create_app(server_settings), host=HOST, port=port, log_level="warning", access_log=False)
     raise typer.Exit(ExitCode.OK)

@@ -43,3 +43,28 @@ def test_serve_binds_loopback_only_and_rejects_unknown_modes():
     result = CliRunner().invoke(app, ["serve", "--mode", "magic"])
     assert result.exit_code == 2
     assert "--mode='magic': expected scripted or policy" in result.output
+
+
+_PROBE = """
+import sys
+import uvicorn
+uvicorn.run = lambda app, **kw: print("served", type(app).__name__, kw["host"])
+from compactsim.harness.cli import app
+try:
+    app(["serve", "--mode", sys.argv[1], "--port", "0"])
+except SystemExit as exc:
+    print("exit", exc.code)
+torch = sys.modules.get("torch")
+print("torch", "absent" if torch is None else (torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()))
+"""
+
+
+@pytest.mark.parametrize(("mode", "torch_line"), [("scripted", "torch absent"), ("policy", "torch (1, True)")])
+def test_only_policy_mode_loads_torch_and_sets_its_determinism(mode: str, torch_line: str):
+    """A scripted server starts without importing torch (about 1 s saved per start); policy mode configures it."""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", _PROBE, mode], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.splitlines()[-3:] == ["served FastAPI 127.0.0.1", "exit 0", torch_line]
