@@ -247,8 +247,16 @@ def _observed_error(exc: BaseException, step: int, stage: str) -> ObservedError:
     if isinstance(exc, ConfigError) and stage != "result":
         return ObservedError(exc.code, None, None, step, stage, exc.detail)
     what = "returned a malformed result" if stage == "result" else "raised"
-    message = f"{what}: {type(exc).__name__}: {str(exc)[:400]} (at {_innermost_frame(exc)})"
+    message = f"{what}: {type(exc).__name__}: {_text_of(exc)[:400]} (at {_innermost_frame(exc)})"
     return ObservedError(BACKEND_ERROR, None, None, step, "train" if stage == "result" else stage, message)
+
+
+def _text_of(exc: BaseException) -> str:
+    """``str(exc)``, or a stand-in when the backend's exception cannot even be printed."""
+    try:
+        return str(exc)
+    except Exception:  # noqa: BLE001 - a broken __str__ must not replace the backend's failure with ours
+        return f"<{type(exc).__name__} whose str() raised>"
 
 
 def _innermost_frame(exc: BaseException) -> str:
@@ -349,7 +357,7 @@ def run_scenario(
             settings = StepSettings.of(scenario)
             measured = [st.measured for st in observed.steps if st.measured is not None]
             training = expect_training(settings, expectation, logs_by_step, measured)
-    except (CompactsimError, ValueError, RuntimeError, OSError) as exc:
+    except Exception as exc:  # noqa: BLE001 - whatever a backend left behind, this scenario fails, the suite goes on
         return _harness_failure(scenario, options, exc, clock, data)
     with clock.stage("audit"):
         report = audit_run(expectation, observed, backend=_backend_flag(options.backend),
@@ -480,7 +488,7 @@ def _backend_step(
         stage = "result"
         with clock.stage("write"):
             return _observe_result(result, k, measured)
-    except Exception as exc:  # noqa: BLE001 - any backend failure is the observed outcome
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - any backend failure (sys.exit too) is the observed outcome
         return _observed_error(exc, k, stage)
 
 
@@ -545,7 +553,7 @@ def _harness_failure(scenario: Any, options: RunOptions, exc: BaseException, clo
     name = getattr(scenario, "name", str(scenario))
     seed = options.seed if options.seed is not None else getattr(scenario, "seed", 0)
     repro = reproduce_command(name, seed, backend=_backend_flag(options.backend))
-    text = f"{type(exc).__name__}: {exc}"
+    text = f"{type(exc).__name__}: {_text_of(exc)}"
     finding = Finding(scenario=name, step=None, check="run.harness_error", row=None, position=None,
                       expected="a completed run", actual=text[:300], message=text[:500], reproduce=repro)
     expect = getattr(scenario, "expect", None)

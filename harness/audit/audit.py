@@ -84,6 +84,7 @@ def audit_step(
         findings += T.check_counts_measured(report, observed.measured, {**observed.metrics, **observed.reported_counts})
         if training is not None:
             findings += T.check_step_quantities(report, training, observed.measured, observed.metrics, tol)
+            findings += T.check_reported_loss_metrics(report, training, observed.metrics, tol)
             findings += T.check_update(report, training, observed.measured, tol)
     findings += C.check_exact_metrics(report, expected, observed, tol)
     return findings, len(pairs), tokens
@@ -142,6 +143,9 @@ def audit_run(
         tokens += n_tokens
         audited += 1
     ordered = sorted(observed.steps, key=lambda s: s.step)
+    for prev, cur in zip(ordered, ordered[1:]):
+        if prev.measured is not None and cur.measured is not None and cur.step == prev.step + 1:
+            findings += T.check_continuity(rep.at_step(cur.step), prev.measured, cur.measured)
     findings += C.check_cumulative_counts(rep, ordered, {
         "counts.optimizer": M.OPTIMIZER_STEP_COUNT,
         "counts.scheduler": M.SCHEDULER_STEP_COUNT,

@@ -53,6 +53,9 @@ CHECKS: dict[str, str] = {
     "train.loss": "The reported loss differs from the oracle's clipped-PG loss of the expected rows.",
     "train.grad_norm": "The reported gradient norm (before clipping) differs from the oracle's.",
     "train.update": "A parameter tensor after the step differs from the oracle's AdamW update (max |diff| named).",
+    "train.continuity": "A step did not start from the state the previous step left (weights reloaded, counters reset).",
+    "train.metric": "A loss metric the backend reports (actor_loss, kl_penalty, token_mult_prob_error, "
+    "global_valid_toks/seqs) differs from the oracle's.",
     "metric.missing": "The step did not report a metric the scenario checks.",
     "metric.exact": "A metric the oracle computes exactly has another value.",
     "metric.expectation": "A declared metric expectation does not hold.",

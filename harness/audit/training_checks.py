@@ -76,6 +76,63 @@ def check_step_quantities(
     return out
 
 
+#: Loss metrics a backend may report, each compared with the oracle's value when present:
+#: (metric key, `StepTruth` attribute, exact count or not). Sources: nemo-rl-semantics.md §4.6.
+_REPORTED_LOSS_METRICS: tuple[tuple[str, str, bool], ...] = (
+    ("actor_loss", "actor_loss", False),
+    ("kl_penalty", "kl_penalty", False),
+    (M.TOKEN_MULT_PROB_ERROR, "token_mult_prob_error", False),
+    (M.GLOBAL_VALID_TOKENS, "global_valid_tokens", True),
+    (M.GLOBAL_VALID_SEQS, "global_valid_seqs", True),
+)
+
+
+def check_reported_loss_metrics(
+    report: Reporter, truth: StepTruth, metrics: Mapping[str, float | int], tol: Tolerances
+) -> list[Finding]:
+    """The loss's own metrics, when the backend reports them: a trainer that trains right but logs wrong is named.
+
+    Counts (`global_valid_toks`, `global_valid_seqs`) are exact; the loss terms use the loss tolerances.
+    """
+    out: list[Finding] = []
+    for key, attr, exact in _REPORTED_LOSS_METRICS:
+        got = _metric(metrics, key)
+        if got is None:
+            continue
+        want = float(getattr(truth, attr))
+        ok = got == want if exact else close(got, want, tol.loss_atol, tol.loss_rtol)
+        if not ok:
+            out.append(report("train.metric", f"{key} = {got!r}; the oracle computes {want!r} for this step's rows",
+                              expected=want, actual=got))
+    return out
+
+
+def check_continuity(report: Reporter, previous: MeasuredStep, current: MeasuredStep) -> list[Finding]:
+    """A step starts from the state the previous step left: same weights, optimizer counters and scheduler epoch.
+
+    The oracle judges each step from the weights the harness measured before it, so a trainer that
+    silently reloads stale weights (or resets its scheduler) between steps would otherwise pass every
+    step on its own; this names the step where the state jumped.
+    """
+    before, after = current.before, previous.after
+    changed = sorted(n for n, w in before.weights.items()
+                     if n not in after.weights or not torch.equal(w, after.weights[n]))
+    changed += sorted(set(after.weights) - set(before.weights))
+    out: list[Finding] = []
+    if changed:
+        out.append(report("train.continuity", f"{len(changed)} parameter tensor(s) changed between the end of the "
+                          f"previous step and the start of this one (first: {changed[0]!r}): the step did not start "
+                          "from the weights the last update produced", expected="the previous step's weights",
+                          actual=changed[0], row=changed[0]))
+    counters = (("optimizer step counter", after.optimizer_step_max, before.optimizer_step_max),
+                ("scheduler last_epoch", after.scheduler_epoch, before.scheduler_epoch))
+    for what, was, now in counters:
+        if was != now:
+            out.append(report("train.continuity", f"the {what} was {was} after the previous step and {now} before "
+                              "this one", expected=was, actual=now))
+    return out
+
+
 def check_update(report: Reporter, truth: StepTruth, measured: MeasuredStep, tol: Tolerances) -> list[Finding]:
     """Every parameter tensor after the step equals the oracle's AdamW update (max |diff| per tensor)."""
     worst: list[tuple[float, str, float, float]] = []
@@ -104,4 +161,4 @@ def check_update(report: Reporter, truth: StepTruth, measured: MeasuredStep, tol
                    expected=want_v, actual=got_v, row=name)]
 
 
-__all__ = ["check_counts_measured", "check_step_quantities", "check_update"]
+__all__ = ["check_continuity", "check_counts_measured", "check_reported_loss_metrics", "check_step_quantities", "check_update"]

@@ -95,6 +95,10 @@ class ExpectedTrainingStep:
     lr: float
     #: Σ sample_mask · trained tokens over the whole logical batch (NeMo-RL's `global_valid_toks`).
     global_valid_tokens: float
+    #: Σ sample_mask over the batch's rows (NeMo-RL's `global_valid_seqs`; padding rows carry 0).
+    global_valid_seqs: float
+    #: Σ m·exp(|generation − current logprob|) / (global_valid_toks + 1e-8) before the update (NeMo-RL §4.6).
+    token_mult_prob_error: float
     #: Parameter name → expected value after the step (float64 tensors).
     params_after: Any = field(repr=False)
 

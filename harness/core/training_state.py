@@ -39,8 +39,25 @@ def _step_count(state: Mapping[str, Any]) -> int:
     return int(value.item()) if isinstance(value, torch.Tensor) else int(value)
 
 
+def _unwrapped(policy: Any) -> Any:
+    """The model inside DDP/FSDP-style wrappers (``.module``), whose parameter names carry a ``module.`` prefix.
+
+    A trainer may wrap the policy it was handed; the weights are still the policy's own and are
+    named and rebuilt as the policy names them.
+    """
+    for _ in range(8):  # wrappers nest (FSDP around DDP); a cycle cannot loop forever
+        inner = getattr(policy, "module", None)
+        names = [name for name, _ in policy.named_parameters()]
+        if inner is None or not hasattr(inner, "named_parameters") or not names \
+                or not all(name.startswith("module.") for name in names):
+            return policy
+        policy = inner
+    return policy
+
+
 def snapshot_training_state(policy: Any, optimizer: Any, scheduler: Any) -> TrainingSnapshot:
     """Read the weights, learning rates and counters of a live training state (copies; nothing is changed)."""
+    policy = _unwrapped(policy)
     weights = {name: p.detach().to(device="cpu", dtype=torch.float64).clone() for name, p in policy.named_parameters()}
     steps = [_step_count(optimizer.state.get(p, {})) for group in optimizer.param_groups for p in group["params"]]
     return TrainingSnapshot(

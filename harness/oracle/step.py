@@ -87,6 +87,7 @@ def expected_step(
     reference = _model(model_config, reference_weights, grad=False) if beta != 0 and reference_weights else None
     actor_total = 0.0
     kl_total = 0.0
+    prob_error_total = 0.0
     for row in trained:
         missing = [m for m in row.media_ids if m not in pixels]
         if missing:
@@ -104,6 +105,7 @@ def expected_step(
         weighted.backward()
         actor_total += float(contrib.actor_sum.detach()) * row.sample_mask
         kl_total += float(contrib.kl_sum.detach()) * row.sample_mask
+        prob_error_total += float(torch.exp((gen - lp.detach()).abs()).sum()) * row.sample_mask
 
     grads = {name: (p.grad.detach().clone() if p.grad is not None else torch.zeros_like(p))
              for name, p in policy.named_parameters()}
@@ -120,6 +122,8 @@ def expected_step(
         grad_norm=norm,
         lr=lr,
         global_valid_tokens=n_tokens,
+        global_valid_seqs=float(sum(r.sample_mask for r in rows)),
+        token_mult_prob_error=prob_error_total / denominator,
         params_after=after,
     )
     return truth, new_state

@@ -28,9 +28,12 @@ BROKEN = (
     "extra_optimizer_steps",
     "mask_sample_trained",
     "moments_reset",
+    "stale_weights_reloaded",
+    "kl_penalty_times_beta",
+    "valid_counts_ignore_sample_mask",
 )
 #: Backends that fail outright: the run must end in a `backend.error` finding, not a crash.
-CRASHING = ("crashing_train_step", "malformed_result")
+CRASHING = ("crashing_train_step", "malformed_result", "exits_the_process", "unprintable_error")
 
 
 @pytest.mark.parametrize("module", BROKEN)
@@ -129,3 +132,20 @@ def test_optimizer_state_drift_is_caught_at_the_step_where_it_drifts():
                        RunOptions(backend="tests.quality.moments_reset:Backend")).record
     assert sorted({f.step for f in rec.findings}) == [1, 2]
     assert {f.check for f in rec.findings} == {"train.update"}
+
+
+def test_a_policy_wrapped_ddp_style_is_measured_through_the_wrapper_and_passes():
+    """Parameter names gain ``module.``; the harness reads the model inside, so a correct trainer stays correct."""
+    from tests.quality import wrapped_policy
+
+    rec = run_scenario(resolve_scenarios([wrapped_policy.SCENARIO])[0],
+                       RunOptions(backend="tests.quality.wrapped_policy:Backend")).record
+    assert (rec.passed, rec.observed, rec.steps) == (True, "success", 3), [f.message for f in rec.findings]
+
+
+def test_stale_weights_are_named_at_every_step_after_the_first():
+    from tests.quality import stale_weights_reloaded as mod
+
+    rec = run_scenario(resolve_scenarios([mod.SCENARIO])[0], RunOptions(backend=f"{mod.__name__}:Backend")).record
+    assert sorted({(f.check, f.step) for f in rec.findings}) == [("train.continuity", 1), ("train.continuity", 2)]
+    assert all("parameter tensor(s) changed" in f.message for f in rec.findings)

@@ -5,7 +5,13 @@ from __future__ import annotations
 import torch
 
 from compactsim.harness.audit.checks import Reporter, Tolerances
-from compactsim.harness.audit.training_checks import check_counts_measured, check_step_quantities, check_update
+from compactsim.harness.audit.training_checks import (
+    check_continuity,
+    check_counts_measured,
+    check_reported_loss_metrics,
+    check_step_quantities,
+    check_update,
+)
 from compactsim.harness.core.expectations import ExpectedTrainingStep
 from compactsim.harness.core.training_state import MeasuredStep, TrainingSnapshot
 
@@ -25,7 +31,8 @@ def _measured(after=AFTER, *, steps=(1, 1), epoch=1, lr=1e-3) -> MeasuredStep:
 
 
 TRUTH = ExpectedTrainingStep(step=0, loss=0.5, actor_loss=0.5, kl_penalty=0.0, grad_norm=2.0, lr=1e-3,
-                             global_valid_tokens=10.0, params_after=AFTER)
+                             global_valid_tokens=10.0, global_valid_seqs=3.0, token_mult_prob_error=1.0,
+                             params_after=AFTER)
 GOOD = {"loss": 0.5, "grad_norm": 2.0, "lr": 1e-3}
 
 
@@ -72,3 +79,28 @@ def test_update_tolerance_is_relative_to_the_expected_update_in_low_precision():
     near = {k: v * (1 + 1e-4) for k, v in AFTER.items()}  # 0.01% of the update: float32 rounding
     assert check_update(REPORT, TRUTH, _measured(near), tol) == []
     assert check_update(REPORT, TRUTH, _measured(near), Tolerances()) != []  # float64 is exact
+
+
+def test_reported_loss_metrics_are_compared_when_present_and_counts_exactly():
+    assert check_reported_loss_metrics(REPORT, TRUTH, {}, Tolerances()) == []  # nothing reported, nothing to judge
+    right = {"actor_loss": 0.5, "kl_penalty": 0.0, "token_mult_prob_error": 1.0 + 1e-13,
+             "global_valid_toks": 10, "global_valid_seqs": 3.0}
+    assert check_reported_loss_metrics(REPORT, TRUTH, right, Tolerances()) == []
+    wrong = {"actor_loss": 0.6, "kl_penalty": 0.01, "token_mult_prob_error": 1.5,
+             "global_valid_toks": 10.000001, "global_valid_seqs": 4}
+    findings = check_reported_loss_metrics(REPORT, TRUTH, wrong, Tolerances())
+    assert [(f.check, f.expected, f.actual) for f in findings] == [
+        ("train.metric", 0.5, 0.6), ("train.metric", 0.0, 0.01), ("train.metric", 1.0, 1.5),
+        ("train.metric", 10.0, 10.000001), ("train.metric", 3.0, 4.0)]
+    assert findings[0].message == "actor_loss = 0.6; the oracle computes 0.5 for this step's rows"
+
+
+def test_a_step_must_start_where_the_previous_one_ended():
+    first = _measured()
+    same = MeasuredStep(_snap(AFTER, step_min=1, step_max=1, epoch=1), _snap(AFTER, step_min=2, step_max=2, epoch=2))
+    assert check_continuity(REPORT, first, same) == []
+    reloaded = MeasuredStep(_snap(BEFORE, step_min=1, step_max=1, epoch=0), _snap(AFTER, step_min=2, step_max=2, epoch=1))
+    weights, epoch = check_continuity(REPORT, first, reloaded)
+    assert (weights.check, weights.row) == ("train.continuity", "b")
+    assert weights.message.startswith("2 parameter tensor(s) changed between the end of the previous step")
+    assert (epoch.check, epoch.expected, epoch.actual) == ("train.continuity", 1, 0)
