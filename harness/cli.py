@@ -8,13 +8,47 @@ fastapi and matplotlib load inside the command that needs them, so `compactsim -
 from __future__ import annotations
 
 import importlib
-from typing import Annotated
+import sys
+from typing import Annotated, Any
 
 import typer
 
 from compactsim.harness.core.gc_passes import use_fewer_gc_passes
 
-app = typer.Typer(
+
+def safe_output_streams() -> None:
+    """Make stdout and stderr unable to fail on any text compactsim prints.
+
+    Ids, file names and messages come from user input (a payload's rollout id, a dump's trace id,
+    a non-UTF-8 file name from argv) and may hold lone surrogates. A strict UTF-8 stream makes rich
+    raise UnicodeEncodeError mid-table; the C locale's ``surrogateescape`` writes invalid UTF-8.
+    ``backslashreplace`` prints such a character as ``\\ud800`` and leaves all other text as it
+    was. The rich consoles of `compactsim.harness.commands.common` write to whatever `sys.stdout` /
+    `sys.stderr` are when they print, so they inherit this too.
+    """
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is None:  # not a text file (None under pythonw, a StringIO): nothing is encoded
+            continue
+        try:
+            reconfigure(errors="backslashreplace")
+        except (AttributeError, ValueError, OSError):  # a stream that cannot change its error handler
+            pass
+
+
+class _App(typer.Typer):
+    """`typer.Typer` whose entry point makes the output streams safe first (`safe_output_streams`).
+
+    Covers what is printed before any command runs (e.g. "No such command" for a non-UTF-8 name);
+    the app callback covers `typer.testing.CliRunner`, which invokes the commands without this.
+    """
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        safe_output_streams()
+        return super().__call__(*args, **kwargs)
+
+
+app = _App(
     name="compactsim",
     help="Deterministic harness for training context-compacted agent rollouts with GRPO.",
     no_args_is_help=True,
@@ -48,6 +82,7 @@ def _main(
 
     Exit codes: 0 success, 1 findings, 2 bad input / usage / setup, 3 Gym drift.
     """
+    safe_output_streams()  # before any command prints user-supplied text
     use_fewer_gc_passes()  # this process is ours: large JSON trees, fewer collector passes (gc_passes)
 
 
@@ -81,4 +116,4 @@ def _register_all() -> None:
 
 _register_all()
 
-__all__ = ["app"]
+__all__ = ["app", "safe_output_streams"]

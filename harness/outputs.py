@@ -88,15 +88,58 @@ def write_run_state(out: Path, status: str, **extra: Any) -> None:
     _write_atomic(out / RUN_STATE, json.dumps(state, sort_keys=True, indent=2) + "\n")
 
 
+def _os_reason(exc: OSError) -> str:
+    """`exc` without the repeated path: "Not a directory", "Permission denied", ..."""
+    return exc.strerror or type(exc).__name__
+
+
+def check_output_dir(out: Path, *, option: str = "--out") -> Path:
+    """Refuse (`ConfigError`, one line) a folder path that could not be created, without creating anything.
+
+    For an output written after another one that may contain it (`export --reference-dump` inside
+    `--out`): the path is not a file, and its nearest existing ancestor is a writable folder.
+    """
+    if out.exists():
+        if not out.is_dir():
+            raise ConfigError("invalid_argument", f"{option} {out}: exists and is not a directory")
+        if not os.access(out, os.W_OK | os.X_OK):
+            raise ConfigError("invalid_argument", f"{option} {out}: the folder is not writable")
+        return out
+    parent = out.absolute().parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+        raise ConfigError("invalid_argument", f"{option} {out}: cannot create the folder under {parent}")
+    return out
+
+
+def ensure_output_dir(out: Path, *, option: str = "--out") -> Path:
+    """Create the folder `out` (and its parents) before a command does any work, or raise a `ConfigError`.
+
+    Commands write their files at the end; an `--out` that is a file, lies under a file, or sits
+    where nothing can be created (``/proc``, a read-only mount) would otherwise end a long run
+    with an OSError traceback. The error names `option` and the path on one line (exit 2).
+    """
+    try:
+        if out.exists() and not out.is_dir():
+            raise ConfigError("invalid_argument", f"{option} {out}: exists and is not a directory")
+        out.mkdir(parents=True, exist_ok=True)
+        if not os.access(out, os.W_OK | os.X_OK):
+            raise ConfigError("invalid_argument", f"{option} {out}: the folder is not writable")
+    except OSError as exc:
+        raise ConfigError("invalid_argument", f"{option} {out}: cannot create the folder: {_os_reason(exc)}") from None
+    return out
+
+
 def prepare_output_dir(out: Path, *, force: bool = False, handle_signals: bool = True) -> None:
     """Clear compactsim's entries from `out` (or refuse a foreign non-empty folder) and mark the run running.
 
     `handle_signals`: turn SIGTERM into `SystemExit(143)` (so ``finally`` blocks run) and mark
-    the run ``"interrupted"`` if the process exits before `finish_output_dir`.
+    the run ``"interrupted"`` if the process exits before `finish_output_dir`. A folder that
+    cannot be created, read or written is a `ConfigError` naming ``--out`` (see `ensure_output_dir`).
     """
-    if out.exists() and not out.is_dir():
-        raise ConfigError("invalid_argument", f"--out {out}: exists and is not a directory")
-    if out.is_dir():
+    ensure_output_dir(out)  # a new folder is created empty; a file or an uncreatable path is refused
+    try:
         entries = sorted(p.name for p in out.iterdir())
         if entries and not looks_like_output(out) and not force:
             shown = ", ".join(entries[:5]) + (", …" if len(entries) > 5 else "")
@@ -106,9 +149,10 @@ def prepare_output_dir(out: Path, *, force: bool = False, handle_signals: bool =
                 f"choose a new or empty folder, or pass --force (only {', '.join(OWNED)} are replaced)")
         for name in OWNED:
             _remove(out / name)
-    _remove(staging_dir(out))
-    out.mkdir(parents=True, exist_ok=True)
-    write_run_state(out, "running")
+        _remove(staging_dir(out))
+        write_run_state(out, "running")
+    except OSError as exc:
+        raise ConfigError("invalid_argument", f"--out {out}: cannot prepare the folder: {_os_reason(exc)}") from None
     if handle_signals:
         _watch(out)
 
@@ -209,6 +253,7 @@ __all__ = [
     "OWNED",
     "RUN_STATE",
     "RUN_STATE_FORMAT",
+    "ensure_output_dir",
     "finish_output_dir",
     "looks_like_output",
     "prepare_output_dir",

@@ -19,6 +19,7 @@ from typing import Any
 
 from compactsim.harness.audit import Finding
 from compactsim.harness.core.errors import CompactsimError, ContractError
+from compactsim.harness.core.json_input import InputError, load_json
 from compactsim.harness.runner import ScenarioRun, load_saved_run, run_scenario
 
 
@@ -38,22 +39,55 @@ class ReplayResult:
 def replay_directory(directory: Path) -> ReplayResult:
     """Re-run the scenario saved in `directory` with its saved seed, backend and step cap."""
     scenario, options, saved = load_saved_run(directory)
+    findings = _saved_findings(directory / "audit.json", (saved or {}).get("findings", []))
     run = run_scenario(scenario, options)
-    findings = tuple(Finding.from_json(f) for f in (saved or {}).get("findings", []))
     return ReplayResult(directory=directory, run=run, saved=findings)
 
 
+def _saved_findings(source: Path, data: Sequence[Any]) -> tuple[Finding, ...]:
+    """The findings of a saved ``audit.json``; one that is not a finding object is an `InputError` naming it.
+
+    Checked before the re-run, so an edited audit costs no run and never surfaces as a traceback.
+    """
+    out = []
+    for k, item in enumerate(data):
+        try:
+            finding = Finding.from_json(item)
+        except (KeyError, TypeError, ValueError) as exc:  # ValueError: an unknown check name
+            raise InputError(str(source), None, f"findings[{k}]", f"not a saved finding ({type(exc).__name__}: "
+                                                                   f"{exc})") from None
+        for name in ("step", "position"):  # sorted and compared as ints when the findings are matched
+            value = getattr(finding, name)
+            if value is not None and type(value) is not int:
+                raise InputError(str(source), None, f"findings[{k}].{name}", f"{value!r}: expected an integer or null")
+        if not isinstance(finding.message, str):
+            raise InputError(str(source), None, f"findings[{k}].message", f"{finding.message!r}: expected a string")
+        out.append(finding)
+    return tuple(out)
+
+
 def replay_targets(path: Path) -> list[Path]:
-    """Scenario directories to replay: `path` itself, or every failed scenario of a run directory."""
-    import json
+    """Scenario directories to replay: `path` itself, or every failed scenario of a run directory.
+
+    ``summary.json`` is read under the input limits and its ``failed`` list must hold scenario
+    names (which can never leave ``scenarios/``); anything else is an `InputError` naming the field.
+    """
+    from compactsim.scenarios.model import NAME_PATTERN
 
     if (path / "run.json").is_file():
         return [path]
     summary = path / "summary.json"
-    if summary.is_file():
-        data = json.loads(summary.read_text(encoding="utf-8"))
-        return [path / "scenarios" / name for name in data.get("failed", [])]
-    return []
+    if not summary.is_file():
+        return []
+    data = load_json(summary, what="run summary")
+    failed = data.get("failed", []) if isinstance(data, dict) else None
+    if not isinstance(failed, list):
+        raise InputError(str(summary), None, "failed", "expected an object whose failed is a list of scenario names")
+    for k, name in enumerate(failed):
+        if not isinstance(name, str) or not NAME_PATTERN.match(name):
+            raise InputError(str(summary), None, f"failed[{k}]", f"{name!r} is not a scenario name (lowercase "
+                                                                  "letters, digits and dashes)")
+    return [path / "scenarios" / name for name in failed]
 
 
 @dataclass(frozen=True, slots=True)

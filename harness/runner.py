@@ -706,19 +706,70 @@ def write_outputs(out: Path, runs: Sequence[ScenarioRun], suite: SuiteRecord, *,
 
 
 def load_saved_run(directory: Path) -> tuple[Any, RunOptions, dict[str, Any] | None]:
-    """(scenario, options, saved audit) of a scenario directory a run wrote (`compactsim replay DIR`)."""
+    """(scenario, options, saved audit) of a scenario directory a run wrote (`compactsim replay DIR`).
+
+    The directory is input a person hands over (and may have edited), so each file is read under the
+    input limits of `compactsim.harness.core.json_input` and checked field by field: a bad file is an
+    `InputError` naming the file and field (exit 2), never a traceback, and never a run whose broken
+    setting (a string seed, a backend that does not load) comes back as a finding (exit 1).
+    """
+    from pydantic import ValidationError
+
+    from compactsim.harness.core.json_input import InputError, load_json
     from compactsim.scenarios.model import Scenario
 
     run_file, scenario_file = directory / "run.json", directory / "scenario.json"
     if not run_file.is_file() or not scenario_file.is_file():
         raise ConfigError("invalid_argument", f"{directory}: not a scenario run directory (needs run.json and scenario.json)")
-    settings = json.loads(run_file.read_text(encoding="utf-8"))
-    scenario = Scenario.model_validate(json.loads(scenario_file.read_text(encoding="utf-8")))
-    options = RunOptions(seed=settings.get("seed"), backend=settings.get("backend", DEFAULT_BACKEND),
-                         device=settings.get("device", "cpu"), max_steps=settings.get("max_steps"))
+    options = _saved_options(load_json(run_file, what="run settings file"), str(run_file))
+    try:
+        scenario = Scenario.model_validate(load_json(scenario_file, what="scenario file"))
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        more = f" (and {exc.error_count() - 1} more problem(s))" if exc.error_count() > 1 else ""
+        raise InputError(str(scenario_file), None, ".".join(map(str, first["loc"])) or None,
+                         f"not a valid scenario: {first['msg']}{more}") from None
     audit_file = directory / "audit.json"
-    saved = json.loads(audit_file.read_text(encoding="utf-8")) if audit_file.is_file() else None
+    saved = load_json(audit_file, what="saved audit") if audit_file.is_file() else None
+    if saved is not None and not (isinstance(saved, dict) and isinstance(saved.get("findings", []), list)):
+        raise InputError(str(audit_file), None, "findings", "expected an object whose findings is a list")
     return scenario, options, saved
+
+
+def _saved_options(settings: Any, source: str) -> RunOptions:
+    """The `RunOptions` of a saved ``run.json``, each field checked as `compactsim run` checks its option."""
+    from compactsim.harness.core.json_input import InputError
+    from compactsim.harness.core.seeds import check_seed
+    from compactsim.harness.pipeline.backend import load_backend
+
+    if not isinstance(settings, dict):
+        raise InputError(source, None, None, f"expected a JSON object of run settings, got {type(settings).__name__}")
+    known = {"scenario", *RunOptions().to_json()}
+    for key in settings:
+        if key not in known:
+            raise InputError(source, None, key, f"unknown run setting; expected {', '.join(sorted(known))}")
+    seed, backend = settings.get("seed"), settings.get("backend", DEFAULT_BACKEND)
+    device, max_steps = settings.get("device", "cpu"), settings.get("max_steps")
+    if not isinstance(settings.get("scenario", ""), str):
+        raise InputError(source, None, "scenario", f"{settings['scenario']!r}: expected a scenario name")
+    try:
+        if seed is not None:
+            check_seed(seed)
+    except ConfigError as exc:
+        raise InputError(source, None, "seed", exc.detail) from None
+    if not isinstance(backend, str):
+        raise InputError(source, None, "backend", f"{backend!r}: expected 'module:attr'")
+    try:
+        load_backend(backend)
+    except ConfigError as exc:  # names no loadable backend: a setup error, not the backend's finding
+        raise InputError(source, None, "backend", exc.detail) from None
+    except Exception:  # noqa: BLE001 - a backend that loads but fails is the run's finding, as `compactsim run` saw it
+        pass
+    if device not in ("cpu", "cuda", "auto"):
+        raise InputError(source, None, "device", f"{device!r}: expected 'cpu', 'cuda' or 'auto'")
+    if max_steps is not None and (isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1):
+        raise InputError(source, None, "max_steps", f"{max_steps!r}: expected null or an integer >= 1")
+    return RunOptions(seed=seed, backend=backend, device=device, max_steps=max_steps)
 
 
 __all__ = [

@@ -19,6 +19,7 @@ import yaml
 from pydantic import ValidationError
 
 from compactsim.harness.core.errors import ConfigError
+from compactsim.harness.core.json_input import InputError, parse_yaml, read_text
 from compactsim.scenarios.model import Scenario
 
 CATALOGUE_DIR = Path(__file__).resolve().parent / "catalogue"
@@ -64,15 +65,11 @@ def parse_scenarios(data: Any, *, source: str) -> tuple[Scenario, ...]:
 
 
 def load_file(path: Path) -> tuple[Scenario, ...]:
-    """The scenarios of one YAML file."""
+    """The scenarios of one YAML file, read under the input limits (size, regular file, YAML alias expansion)."""
     try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError("invalid_config", f"{path}: cannot read ({exc.strerror})") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ConfigError("invalid_config", f"{path}: not valid YAML ({exc})") from None
+        data = parse_yaml(read_text(path, what="scenario file"), str(path))
+    except InputError as exc:  # a scenario file's problems keep the catalogue's code; the detail names line and column
+        raise ConfigError("invalid_config", exc.detail) from None
     return parse_scenarios(data, source=str(path))
 
 

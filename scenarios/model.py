@@ -18,15 +18,16 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from compactsim.agents.compaction.config import ContextHistoryConfig
 from compactsim.agents.compaction.presets import policy_preset
 from compactsim.agents.rollout.script import Flavour, ImageSpec, RolloutScript, TurnScript, scripted_turns
+from compactsim.harness.core.contract import FLOAT_EXACT_INT
 from compactsim.harness.core.errors import CONTRACT_CODES, ConfigError
-from compactsim.mock_servers.model_server.settings import FaultKind
+from compactsim.mock_servers.model_server.settings import FaultKind, ScriptStep
 from compactsim.scenarios.metric_expectations import parse_metric_expectations
 from compactsim.scenarios.mutations import MUTATIONS_BY_NAME
 
@@ -38,6 +39,15 @@ MAX_GROUPS = 8
 MAX_GROUP_SIZE = 8
 MAX_TURNS = 16
 MAX_STEPS = 100
+#: Trainer batch geometry caps (`trainer.policy.*`): padding rows grow with dp_size × micro-batch
+#: size and every row with the sequence multiple, so larger values allocate gigabytes. The CLI's
+#: `--dp-size`, `--micro-batch-size` and `--seq-divisible-by` share them (`harness.commands.common`).
+MAX_DP_SIZE = 128
+MAX_MICRO_BATCH_SIZE = 32
+MAX_SEQ_DIVISIBLE_BY = 1024
+#: A scenario reward: finite and within ±2**53, the range the pipeline accepts a reward in
+#: (`harness.core.contract.Reward`); a larger one would surface as a planner error, not a load error.
+Reward = Annotated[float, Field(allow_inf_nan=False, ge=-FLOAT_EXACT_INT, le=FLOAT_EXACT_INT)]
 NAME_PATTERN = re.compile(r"^[a-z0-9][a-z0-9-]{0,79}$")
 TAG_PATTERN = re.compile(r"^[a-z0-9][a-z0-9-]{0,39}$")
 
@@ -80,6 +90,21 @@ class TurnsGenerator(_Strict):
         return self
 
 
+def _check_scripted_logprobs(k: int, turn: TurnScript) -> None:
+    """A turn's `logprobs` must fit the tokens the mock server samples for it (one each, all <= 0).
+
+    The server checks this too (`ScriptStep`), but only when a run starts it; checked here, a bad
+    scenario file is refused when it loads, naming the turn, instead of failing as a run finding.
+    """
+    if turn.logprobs is None:
+        return
+    try:
+        ScriptStep.model_validate(turn.server_step())
+    except ValidationError as exc:
+        reason = "; ".join(str(e["msg"]).removeprefix("Value error, ") for e in exc.errors(include_url=False))
+        raise ValueError(f"turns[{k}].logprobs: {reason}") from None
+
+
 class ScriptSpec(_Strict):
     """One rollout's script: generated turns (`generate`) or explicit `turns`, never both."""
 
@@ -100,6 +125,8 @@ class ScriptSpec(_Strict):
                         f"turns[{k}] has no tool call, so the agent would stop there; only the last turn may "
                         "answer without a tool call"
                     )
+            for k, turn in enumerate(self.turns):
+                _check_scripted_logprobs(k, turn)
         return self
 
     @property
@@ -168,8 +195,8 @@ class PredicateReward(_Strict):
 
     contains: str | None = None
     equals: str | None = None
-    reward_true: float = 1.0
-    reward_false: float = 0.0
+    reward_true: Reward = 1.0
+    reward_false: Reward = 0.0
 
     @model_validator(mode="after")
     def _one(self) -> PredicateReward:
@@ -181,10 +208,10 @@ class PredicateReward(_Strict):
 class RewardsSpec(_Strict):
     """Exactly one rule: `fixed`, `pattern` (by rollout index, cycling), `by_index` (+ `default`), `predicate`."""
 
-    fixed: float | None = None
-    pattern: tuple[float, ...] | None = Field(None, min_length=1)
-    by_index: dict[int, float] | None = None
-    default: float = 0.0
+    fixed: Reward | None = None
+    pattern: tuple[Reward, ...] | None = Field(None, min_length=1)
+    by_index: dict[int, Reward] | None = None
+    default: Reward = 0.0
     predicate: PredicateReward | None = None
 
     @model_validator(mode="after")
@@ -395,9 +422,15 @@ class Scenario(_Strict):
         if problems:
             raise ValueError("; ".join(problems))
         try:
-            self.trainer_config()
+            cfg = self.trainer_config()
         except ConfigError as exc:
             raise ValueError(f"trainer: {exc}") from None
+        caps = (("dp_size", cfg.policy.dp_size, MAX_DP_SIZE),
+                ("train_micro_batch_size", cfg.policy.train_micro_batch_size, MAX_MICRO_BATCH_SIZE),
+                ("make_sequence_length_divisible_by", cfg.policy.make_sequence_length_divisible_by, MAX_SEQ_DIVISIBLE_BY))
+        over = [f"policy.{name}={value} exceeds {cap}" for name, value, cap in caps if value > cap]
+        if over:
+            raise ValueError(f"trainer: {'; '.join(over)} (padding would allocate gigabytes)")
         return self
 
     def _slot_problems(self, what: str, step: int, group: int, index: int) -> list[str]:

@@ -27,6 +27,30 @@ class ExitCode(IntEnum):
     DRIFT = 3
 
 
+#: Bounds of the size and seed options, so Typer refuses what cannot run (exit 2, the option named)
+#: instead of a traceback, a finding, hours of work or gigabytes of padding. The scenario schema
+#: (`compactsim.scenarios.model`) bounds the same settings with the same numbers; not imported from
+#: there so `compactsim --help` stays fast (tests/unit/commands/test_input_hardening.py keeps them equal).
+#: Seeds are non-negative int64s (`compactsim.harness.core.seeds.check_seed`).
+MAX_SEED = 2**63 - 1
+#: Model calls per rollout (`scenarios.model.MAX_TURNS`).
+MAX_TURNS = 16
+#: Optimizer steps of one training run (`scenarios.model.MAX_STEPS`).
+MAX_STEPS = 100
+#: Screenshots per tool result (`scenarios.model.TurnsGenerator.images_per_observation`).
+MAX_IMAGES_PER_OBSERVATION = 4
+#: Rollouts of one `compactsim rollout` group.
+MAX_ROLLOUTS = 64
+#: Batch geometry: simulated data-parallel ranks, rows per micro-batch and the sequence-length
+#: multiple (`scenarios.model.MAX_DP_SIZE`, ...). Padding grows with their product: at the caps a
+#: batch has at most 128 × 32 rows, each padded to a multiple of 1024 tokens.
+MAX_DP_SIZE = 128
+MAX_MICRO_BATCH_SIZE = 32
+MAX_SEQ_DIVISIBLE_BY = 1024
+#: TCP ports (0: the system picks a free one).
+MAX_PORT = 65535
+
+
 def _console(stderr: bool = False) -> Console:
     """Wide when piped (logs, CI), terminal width otherwise."""
     probe = Console(stderr=stderr)

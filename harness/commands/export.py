@@ -19,9 +19,10 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from compactsim.harness.commands.common import ExitCode, console, err_console, print_json, report_error
+from compactsim.harness.commands.common import MAX_SEED, ExitCode, console, err_console, print_json, report_error
 from compactsim.harness.core.errors import CompactsimError
 from compactsim.harness.core.json_input import limits_help
+from compactsim.harness.outputs import check_output_dir, ensure_output_dir
 
 DEFAULT_OUT = Path("compactsim-goldens")
 
@@ -41,7 +42,8 @@ def format_export_table(result: Any) -> Table:
 
 def export_command(
     scenarios: Annotated[list[str] | None, typer.Argument(help="scenario names, tags or YAML files (default: all)")] = None,
-    seed: Annotated[int | None, typer.Option(min=0, help="seed for every scenario (default: each scenario's own)")] = None,
+    seed: Annotated[int | None, typer.Option(min=0, max=MAX_SEED, help="seed for every scenario (default: each "
+                                                                      "scenario's own)")] = None,
     out: Annotated[Path, typer.Option(help="golden directory to write (a previous export there is replaced)")] = DEFAULT_OUT,
     steps: Annotated[int | None, typer.Option(min=1, help="cap every scenario's optimizer steps")] = None,
     reference_dump: Annotated[Path | None, typer.Option(
@@ -60,12 +62,15 @@ def export_command(
 
     try:
         selected = select_scenarios(scenarios or [])
+        ensure_output_dir(out)  # the goldens are written last: a path that cannot be a folder fails now
+        if reference_dump is not None:  # may lie inside --out, which the export clears: checked now, made after
+            check_output_dir(reference_dump, option="--reference-dump")
         with err_console.status("exporting", spinner="dots") if not json_output else nullcontext():
             result = export_goldens(selected, out, seed=seed, max_steps=steps, selection=list(scenarios or []),
                                     parallel=parallel or default_workers())
             if reference_dump is not None:
                 dump = backend_dump(read_golden(out))
-                reference_dump.mkdir(parents=True, exist_ok=True)
+                ensure_output_dir(reference_dump, option="--reference-dump")
                 (reference_dump / "rows.jsonl").write_text(format_dump(dump.rows), encoding="utf-8")
                 metrics = [metrics_line(name, step, m) for (name, step), m in sorted(result.reference_metrics.items())]
                 (reference_dump / "metrics.jsonl").write_text(format_dump(metrics), encoding="utf-8")

@@ -10,6 +10,7 @@ import typer
 from compactsim.harness.commands.common import ExitCode, console, print_json, report_error
 from compactsim.harness.core.errors import CompactsimError
 from compactsim.harness.core.json_input import limits_help
+from compactsim.harness.outputs import ensure_output_dir
 
 #: Mirrors `compactsim.harness.gym_check.venv.CACHE_ENV` (not imported here: `compactsim --help` stays fast).
 CACHE_ENV = "COMPACTSIM_GYM_CACHE"
@@ -71,6 +72,7 @@ def gym_check_command(
     )
     try:
         check_payload_files(list(payloads or ()))
+        ensure_output_dir(out)  # gym-check.json is written last: a bad --out fails now
         report = run_gym_check(opts, out_dir=out)
     except CompactsimError as exc:
         raise typer.Exit(report_error(exc, as_json=json_output)) from None

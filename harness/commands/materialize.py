@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -9,8 +10,17 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.table import Table
 
-from compactsim.harness.commands.common import ExitCode, console, load_results, print_json, report_error
-from compactsim.harness.core.errors import CompactsimError
+from compactsim.harness.commands.common import (
+    MAX_DP_SIZE,
+    MAX_MICRO_BATCH_SIZE,
+    MAX_SEQ_DIVISIBLE_BY,
+    ExitCode,
+    console,
+    load_results,
+    print_json,
+    report_error,
+)
+from compactsim.harness.core.errors import CompactsimError, ConfigError
 from compactsim.harness.core.json_input import limits_help
 
 if TYPE_CHECKING:  # torch and the pipeline load only when the command runs (fast `compactsim --help`)
@@ -73,16 +83,27 @@ def _plans(files: list[Path], missing_reward: float) -> list[TracePlan]:
     return plans
 
 
+def _check_reward(value: float) -> None:
+    """`--missing-reward` is a reward: finite and within ±2**53 (click's FLOAT takes "nan" and "inf")."""
+    from compactsim.harness.core.contract import FLOAT_EXACT_INT
+
+    if not (math.isfinite(value) and abs(value) <= FLOAT_EXACT_INT):
+        raise ConfigError("invalid_argument", f"--missing-reward={value!r}: expected a finite reward within ±2**53")
+
+
 def materialize_command(
     files: Annotated[list[Path], typer.Argument(help="Gym results: one object, a JSON list, or JSON lines per file")],
     json_output: Annotated[bool, typer.Option("--json", help="print rows and metrics as JSON")] = False,
     num_generations: Annotated[
         int | None, typer.Option("--num-generations", min=1, help="require groups of exactly this many rollouts")
     ] = None,
-    dp_size: Annotated[int, typer.Option("--dp-size", min=1, help="data-parallel ranks (row padding)")] = 1,
-    micro_batch_size: Annotated[int, typer.Option("--micro-batch-size", min=1, help="rows per microbatch")] = 1,
+    dp_size: Annotated[int, typer.Option("--dp-size", min=1, max=MAX_DP_SIZE, help="data-parallel ranks (row padding)")] = 1,
+    micro_batch_size: Annotated[
+        int, typer.Option("--micro-batch-size", min=1, max=MAX_MICRO_BATCH_SIZE, help="rows per microbatch")
+    ] = 1,
     seq_divisible_by: Annotated[
-        int, typer.Option("--seq-divisible-by", min=1, help="pad the sequence length to a multiple of this")
+        int, typer.Option("--seq-divisible-by", min=1, max=MAX_SEQ_DIVISIBLE_BY,
+                          help="pad the sequence length to a multiple of this")
     ] = 1,
     leave_one_out: Annotated[
         bool, typer.Option("--leave-one-out/--no-leave-one-out", help="leave-one-out GRPO baseline")
@@ -97,6 +118,7 @@ def materialize_command(
     from compactsim.harness.pipeline.train_config import AdvantageConfig, MaterializeConfig
 
     try:
+        _check_reward(missing_reward)
         plans = _plans(files, missing_reward)
         logical = compute_logical_advantages(
             [p.evidence for p in plans],

@@ -19,6 +19,7 @@ steps, so only its step 0 can be collected here (`compactsim run` collects the o
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
@@ -26,8 +27,20 @@ from typing import Annotated, Any, NoReturn
 import typer
 from rich.table import Table
 
-from compactsim.harness.commands.common import ExitCode, console, err_console, print_json, report_error, rich_escape
+from compactsim.harness.commands.common import (
+    MAX_IMAGES_PER_OBSERVATION,
+    MAX_ROLLOUTS,
+    MAX_SEED,
+    MAX_TURNS,
+    ExitCode,
+    console,
+    err_console,
+    print_json,
+    report_error,
+    rich_escape,
+)
 from compactsim.harness.core.errors import CompactsimError, ConfigError
+from compactsim.harness.outputs import ensure_output_dir
 
 FLAVOUR_CHOICES = ("gym-0.7.0-transport", "gym-0.7.0-full", "gym-pr2870", "osworld", "none")
 PATTERNS = ("screens", "shapes", "repeated", "reordered")
@@ -231,14 +244,18 @@ def rollout_command(
     step: Annotated[int, typer.Option(help="with --scenario: the step whose rollouts to collect")] = 0,
     policy: Annotated[str, typer.Option(help="compaction preset, e.g. identity, recency-images-k2, "
                                               "recency-images-k2-chunked3, summary-at3-at5, think-strip")] = "recency-images-k2",
-    turns: Annotated[int, typer.Option(help="model calls per rollout (the last one answers without a tool call)")] = 6,
-    seed: Annotated[int, typer.Option(help="run seed: script arguments, images and sampled logprobs derive from it "
-                                           "(with --scenario: default the scenario's own)")] = 0,
-    rollouts: Annotated[int, typer.Option(help="rollouts in the group (same task, rollout_index 0..N-1)")] = 1,
+    turns: Annotated[int, typer.Option(min=1, max=MAX_TURNS, help="model calls per rollout (the last one answers "
+                                                                 "without a tool call)")] = 6,
+    seed: Annotated[int, typer.Option(min=0, max=MAX_SEED, help="run seed: script arguments, images and sampled "
+                                      "logprobs derive from it (with --scenario: default the scenario's own)")] = 0,
+    rollouts: Annotated[int, typer.Option(min=1, max=MAX_ROLLOUTS, help="rollouts in the group (same task, "
+                                                                       "rollout_index 0..N-1)")] = 1,
     flavour: Annotated[str, typer.Option(help="evidence shape: " + ", ".join(FLAVOUR_CHOICES))] = "gym-0.7.0-transport",
-    images_per_observation: Annotated[int, typer.Option(help="screenshots returned by each tool call")] = 1,
+    images_per_observation: Annotated[int, typer.Option(min=0, max=MAX_IMAGES_PER_OBSERVATION,
+                                                        help="screenshots returned by each tool call")] = 1,
     image_pattern: Annotated[str, typer.Option(help="screens, shapes (same shape, new colour), repeated, reordered")] = "screens",
-    reward_pattern: Annotated[str, typer.Option(help="comma-separated rewards by rollout index, cycled")] = "1,0",
+    reward_pattern: Annotated[str, typer.Option(help="comma-separated rewards by rollout index, cycled (finite, "
+                                                     "at most 2**53 in magnitude)")] = "1,0",
     executor: Annotated[str, typer.Option(help="local (threads), processes (spawned workers, beyond the GIL) or ray "
                                                "(actors on 127.0.0.1)")] = "local",
     workers: Annotated[int, typer.Option(help="worker threads, processes or Ray actors; results do not depend on it")] = 2,
@@ -260,15 +277,11 @@ def rollout_command(
     try:
         specs = build_specs(policy=policy, turns=turns, seed=seed, rollouts=rollouts, flavour=flavour,
                             images_per_observation=images_per_observation, image_pattern=image_pattern)
-        try:
-            pattern = [float(x) for x in reward_pattern.split(",") if x.strip()]
-        except ValueError:
-            raise ConfigError("invalid_argument", f"--reward-pattern={reward_pattern!r}: expected numbers like 1,0") from None
-        if not pattern:
-            raise ConfigError("invalid_argument", "--reward-pattern: expected at least one number")
+        pattern = parse_reward_pattern(reward_pattern)
         _check_executor(executor)
         if workers < 1:
             raise ConfigError("invalid_argument", f"--workers={workers}: expected >= 1")
+        ensure_output_dir(out)  # a bad --out fails now, not after every rollout ran
         servers = InProcessServers(
             model_settings={"seed": seed, "script": server_script(specs)},
             reward_settings={"rule": {"kind": "pattern", "pattern": pattern}},
@@ -278,6 +291,27 @@ def rollout_command(
     except CompactsimError as exc:
         raise typer.Exit(report_error(exc, as_json=json_output)) from None
     _finish(rows, out, json_output)
+
+
+def parse_reward_pattern(text: str) -> list[float]:
+    """`--reward-pattern` as floats: finite and within ±2**53, the bounds the pipeline accepts a reward in.
+
+    `float()` takes "nan", "inf" and "1e400" (inf); such a reward would reach the trainer as a
+    rollout the planner refuses, so it is a usage error here instead.
+    """
+    from compactsim.harness.core.contract import FLOAT_EXACT_INT
+
+    try:
+        pattern = [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise ConfigError("invalid_argument", f"--reward-pattern={text!r}: expected numbers like 1,0") from None
+    if not pattern:
+        raise ConfigError("invalid_argument", "--reward-pattern: expected at least one number")
+    bad = [x for x in pattern if not (math.isfinite(x) and abs(x) <= FLOAT_EXACT_INT)]
+    if bad:
+        raise ConfigError("invalid_argument", f"--reward-pattern={text!r}: {bad[0]!r} is not a finite reward within "
+                                              "±2**53")
+    return pattern
 
 
 def _check_executor(executor: str) -> None:
@@ -300,6 +334,7 @@ def _scenario_command(name: str, *, step: int, seed: int | None, out: Path, exec
         if workers < 1:
             raise ConfigError("invalid_argument", f"--workers={workers}: expected >= 1")
         scenario = scenario_step(name, step=step, seed=seed)
+        ensure_output_dir(out)
         collected = collect_scenario_step(scenario, step, executor=executor, workers=workers)
         rows = write_outputs(collected, out)
     except CompactsimError as exc:
@@ -331,6 +366,7 @@ __all__ = [
     "build_specs",
     "collect_scenario_step",
     "format_summary",
+    "parse_reward_pattern",
     "pretty_json",
     "register",
     "rollout_command",

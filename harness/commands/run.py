@@ -29,12 +29,20 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from compactsim.harness.commands.ci_outputs import format_progress_line, write_ci_outputs
-from compactsim.harness.commands.common import ExitCode, console, err_console, load_results, print_json, report_error
+from compactsim.harness.commands.common import (
+    MAX_SEED,
+    ExitCode,
+    console,
+    err_console,
+    load_results,
+    print_json,
+    report_error,
+)
 from compactsim.harness.commands.selection import select_scenarios
 from compactsim.harness.core.errors import CompactsimError, ConfigError
 from compactsim.harness.core.json_input import limits_help, load_json
 from compactsim.harness.local_pool import default_workers
-from compactsim.harness.outputs import finish_output_dir, prepare_output_dir
+from compactsim.harness.outputs import ensure_output_dir, finish_output_dir, prepare_output_dir
 
 DEFAULT_OUT = Path("compactsim-run")
 
@@ -44,6 +52,28 @@ def _use_cwd_imports() -> None:
     cwd = os.getcwd()
     if cwd not in sys.path:
         sys.path.insert(0, cwd)
+
+
+def check_gym_check_report(path: Path) -> None:
+    """`--gym-check FILE` must be a `gym-check.json` (`compactsim gym-check` writes one); checked before any scenario runs.
+
+    Any JSON file passes the input limits; without this, a file of another kind (a Gym result, say)
+    is found out only when the summary is written, after the whole suite ran, as a ValidationError.
+    """
+    from pydantic import ValidationError
+
+    from compactsim.harness.gym_check.report import GymCheckReport
+
+    data = load_json(path, what="gym-check.json")  # within the input limits first
+    try:
+        GymCheckReport.model_validate(data)
+    except ValidationError as exc:
+        errors = exc.errors(include_url=False)
+        first = errors[0]
+        where = ".".join(map(str, first["loc"])) or "$"
+        more = f" (+{len(errors) - 1} more)" if len(errors) > 1 else ""
+        raise ConfigError("invalid_argument", f"--gym-check {path}: not a gym-check.json report (`compactsim "
+                                              f"gym-check` writes one): field {where}: {first['msg']}{more}") from None
 
 
 def format_results_table(records: list[Any]) -> Table:
@@ -77,7 +107,8 @@ def format_failures(records: list[Any], *, per_scenario: int = 3) -> list[str]:
 
 def run_command(
     scenarios: Annotated[list[str] | None, typer.Argument(help="scenario names, tags or YAML files (default: all)")] = None,
-    seed: Annotated[int | None, typer.Option(help="seed for every scenario (default: each scenario's own)")] = None,
+    seed: Annotated[int | None, typer.Option(min=0, max=MAX_SEED, help="seed for every scenario (default: each "
+                                                                      "scenario's own)")] = None,
     out: Annotated[Path, typer.Option(help="output directory: summary.json, report.html, per-scenario artifacts")] = DEFAULT_OUT,
     force: Annotated[bool, typer.Option("--force", help="write into a non-empty --out that is not a compactsim output "
                                                         "folder (only compactsim's own entries are replaced)")] = False,
@@ -137,13 +168,17 @@ def run_command(
             raise ConfigError("invalid_argument", f"--server {server}: expected inprocess or http")
         if device not in ("cpu", "cuda", "auto"):
             raise ConfigError("invalid_argument", f"--device {device}: expected cpu, cuda or auto")
+        if device != "cpu":
+            from compactsim.harness.train_run import resolve_device
+
+            resolve_device(device)  # `train`'s check: --device cuda without a GPU is bad input, not a finding
         if backend:
             from compactsim.harness.pipeline.backend import load_backend
 
             load_backend(backend)  # fail fast, before any scenario runs
         selected = select_scenarios(scenarios or [])
         if gym_check is not None:
-            load_json(gym_check, what="gym-check.json")  # within the input limits before anything runs
+            check_gym_check_report(gym_check)  # a valid gym-check.json before anything runs
         prepare_output_dir(out, force=force)  # outputs: clear the old run's, mark this one running
     except CompactsimError as exc:
         raise typer.Exit(report_error(exc, as_json=json_output)) from None
@@ -269,7 +304,7 @@ def replay_command(
 
 def shrink_command(
     scenario: Annotated[str, typer.Argument(help="a failing scenario: catalogue name or YAML file")],
-    seed: Annotated[int | None, typer.Option(help="seed (default: the scenario's own)")] = None,
+    seed: Annotated[int | None, typer.Option(min=0, max=MAX_SEED, help="seed (default: the scenario's own)")] = None,
     backend: Annotated[str | None, typer.Option(help="backend under test as module:attr")] = None,
     out: Annotated[Path, typer.Option(help="directory for the new catalogue entry file")] = Path("shrunk"),
     name: Annotated[str | None, typer.Option(help="name of the new scenario (default: <name>-shrunk)")] = None,
@@ -286,11 +321,11 @@ def shrink_command(
         original = select_scenarios([scenario])[0]
         if seed is not None:
             original = original.with_seed(seed)
+        ensure_output_dir(out)  # a bad --out fails now, not after the search
         result = shrink(original, RunOptions(backend=backend or DEFAULT_BACKEND), max_examples=max_examples)
         entry = shrunk_entry(result, name=name)
     except CompactsimError as exc:
         raise typer.Exit(report_error(exc, as_json=json_output)) from None
-    out.mkdir(parents=True, exist_ok=True)
     path = out / f"{entry.name}.yaml"
     path.write_text(dump_scenario(entry), encoding="utf-8")
     info = {"scenario": original.name, "seed": original.seed, "calls_before": result.calls_before,

@@ -16,9 +16,19 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from compactsim.harness.commands.common import ExitCode, console, print_json, report_error
+from compactsim.harness.commands.common import (
+    MAX_DP_SIZE,
+    MAX_MICRO_BATCH_SIZE,
+    MAX_SEED,
+    MAX_STEPS,
+    ExitCode,
+    console,
+    print_json,
+    report_error,
+)
 from compactsim.harness.core import metrics as M
 from compactsim.harness.core.errors import CompactsimError
+from compactsim.harness.outputs import ensure_output_dir
 
 
 def format_step(record: Any) -> str:
@@ -56,14 +66,18 @@ def format_summary(summary: Any) -> Table:
 def train_command(
     scenario: Annotated[str, typer.Argument(help="training scenario, e.g. pr-validation-image-compaction-k2")],
     out: Annotated[Path, typer.Option("--out", help="directory for metrics, artifacts and rollouts")],
-    steps: Annotated[int | None, typer.Option(help="optimizer steps (default: the scenario's, 20 for the reference runs)")] = None,
-    seed: Annotated[int, typer.Option(help="run seed: weights, rollouts, rewards and server answers derive from it")] = 0,
+    steps: Annotated[int | None, typer.Option(min=1, max=MAX_STEPS, help="optimizer steps (default: the scenario's, "
+                                              "20 for the reference runs)")] = None,
+    seed: Annotated[int, typer.Option(min=0, max=MAX_SEED, help="run seed: weights, rollouts, rewards and server "
+                                                               "answers derive from it")] = 0,
     device: Annotated[str, typer.Option(help="cpu, cuda, or auto (cuda when present)")] = "cpu",
     dtype: Annotated[str, typer.Option(help="float64 (exact recompute), float32 or bfloat16")] = "float64",
     async_mode: Annotated[bool, typer.Option("--async", help="async GRPO: replay buffer, groups up to 1 step old, IS correction")] = False,
     server: Annotated[str, typer.Option(help="inprocess (no port) or http (uvicorn on 127.0.0.1)")] = "inprocess",
-    dp_size: Annotated[int | None, typer.Option(help="simulated data-parallel ranks (rows are sharded as ranks would)")] = None,
-    micro_batch_size: Annotated[int | None, typer.Option(help="rows per microbatch")] = None,
+    dp_size: Annotated[int | None, typer.Option(min=1, max=MAX_DP_SIZE, help="simulated data-parallel ranks (rows "
+                                                "are sharded as ranks would)")] = None,
+    micro_batch_size: Annotated[int | None, typer.Option(min=1, max=MAX_MICRO_BATCH_SIZE,
+                                                         help="rows per microbatch")] = None,
     backend: Annotated[str | None, typer.Option(help="backend under test as module:attr (default: the reference pipeline)")] = None,
     save_rollouts: Annotated[bool, typer.Option(help="write every step's Gym results and ground-truth logs")] = True,
     wandb: Annotated[bool, typer.Option("--wandb", help="also log to Weights & Biases, offline, under OUT/wandb")] = False,
@@ -71,7 +85,7 @@ def train_command(
 ) -> None:
     """Train a scenario for N optimizer steps with the mock policy server in the loop."""
     from compactsim.harness.pipeline.backend import load_backend
-    from compactsim.harness.train_run import load_run_config, run_training
+    from compactsim.harness.train_run import load_run_config, resolve_device, run_training
 
     overrides: dict[str, Any] = {}
     if dp_size is not None:
@@ -87,6 +101,8 @@ def train_command(
             save_rollouts=save_rollouts, wandb=wandb, trainer_overrides={"policy": overrides} if overrides else {},
         )
         chosen = load_backend(backend) if backend else None
+        resolve_device(run.device)  # --device cuda without a GPU: exit 2 before --out is created
+        ensure_output_dir(out)  # a bad --out fails now, not at the first artifact
         show = None if json_output else (lambda record: console.print(format_step(record), markup=False))
         summary = run_training(run, out, backend=chosen, on_step=show)
     except CompactsimError as exc:

@@ -7,9 +7,11 @@ then works on frozen dataclasses. Field tables: ``reference/gym-contract.md`` §
 
 from __future__ import annotations
 
+import math
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr
+from pydantic_core import PydanticCustomError
 
 #: Keys under which Gym producers put the rollout-trace contract.
 CONTRACT_KEYS: tuple[str, ...] = ("context_compaction_contract", "rollout_trace_contract")
@@ -27,12 +29,35 @@ TRAINER_POLICY_VERSION: str = "trainer_policy_version"
 FLOAT_EXACT_INT: int = 2**53
 #: Every other integer the pipeline reads fits int32 (ids, turns, counters, versions).
 INT32_LIMIT: int = 2**31
+#: Largest finite float32: logprobs are trained in float32, where anything larger becomes +-inf.
+FLOAT32_MAX: float = (2 - 2**-23) * 2**127
+
+
+def _float_logprob(value: Any) -> Any:
+    """The float branch of `Number`: no integers, and nothing float32 cannot hold.
+
+    A strict float still accepts an int, so without the first check an integer beyond the integer
+    branch's +-2**53 bound (say -99999999999999999999) would pass as an inexact float; that error's
+    type ends in ``_type`` so the integer branch's bound is the error reported. A finite float64
+    beyond float32's range (-1e308) would turn into -inf when the batch is built. Both checks live
+    here, not in `Field` bounds, so the JSON schema `gym-check` compares with Gym's stays unchanged.
+    """
+    if isinstance(value, int):
+        raise PydanticCustomError("float_type", "Input should be a valid number")
+    if isinstance(value, float) and math.isfinite(value) and abs(value) > FLOAT32_MAX:
+        raise PydanticCustomError(
+            "float32_range", "Input should be within float32's finite range (|x| <= {bound}), got {value}",
+            {"bound": FLOAT32_MAX, "value": value},
+        )
+    return value
+
 
 #: vLLM token ids are vocabulary indices: non-negative and within int32.
 TokenId = Annotated[StrictInt, Field(ge=0, lt=INT32_LIMIT)]
-#: Logprobs must be finite numbers (NaN/inf would poison the loss silently); the sign (<= 0) is a
-#: contract rule checked by the planner (`logprob_out_of_range`), not a parse error.
-Number = Annotated[StrictFloat, Field(allow_inf_nan=False)] | Annotated[
+#: Logprobs must be finite numbers (NaN/inf would poison the loss silently) that stay finite in
+#: float32 (-1e308 would become -inf in training) and, written as integers, are exact floats; the
+#: sign (<= 0) is a contract rule checked by the planner (`logprob_out_of_range`), not a parse error.
+Number = Annotated[StrictFloat, Field(allow_inf_nan=False), BeforeValidator(_float_logprob)] | Annotated[
     StrictInt, Field(ge=-FLOAT_EXACT_INT, le=FLOAT_EXACT_INT)
 ]
 #: Rewards: finite and within +-2^53, so group means and variances stay finite in float64.
@@ -176,6 +201,10 @@ class RunResult(_Tolerant):
     response: GymResponse
     reward: Reward | None = None
     instance_config: InstanceConfig | None = None
+    #: The trainer's generation-version label (`TRAINER_POLICY_VERSION`): a non-negative int32 like
+    #: every version, so a string, a negative or a 20-digit value is a typed refusal here rather than
+    #: ignored or an overflow in the materializer's int64 tensors.
+    trainer_policy_version: Count | None = None
 
 
 def with_trainer_policy_version(result: dict[str, Any], version: int) -> dict[str, Any]:
@@ -188,6 +217,7 @@ def with_trainer_policy_version(result: dict[str, Any], version: int) -> dict[st
 
 __all__ = [
     "CONTRACT_KEYS",
+    "FLOAT32_MAX",
     "FLOAT_EXACT_INT",
     "INT32_LIMIT",
     "TOKEN_FIELDS",

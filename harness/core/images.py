@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import binascii
 import io
+import struct
 
 from compactsim.harness.core.errors import ContractError
 
@@ -43,10 +44,25 @@ def encoded_size(url: str) -> int:
     return (len(body) * 3) // 4
 
 
+#: Raster formats decoded, all in-process. Anything else (EPS would run Ghostscript on the payload,
+#: PSD, ICO, PDF, ...) is refused as not an image, before any decoder sees it.
+IMAGE_FORMATS: tuple[str, ...] = ("PNG", "JPEG", "GIF", "WEBP", "BMP", "TIFF")
+
+#: What a malformed image can raise inside Pillow, beyond OSError (which UnidentifiedImageError
+#: subclasses): plugins parse headers with struct, slicing and dict lookups.
+_DECODE_ERRORS: tuple[type[BaseException], ...] = (
+    OSError, ValueError, SyntaxError, EOFError, struct.error, IndexError, KeyError, TypeError, ZeroDivisionError,
+    MemoryError,
+)
+
+
 def decode_data_url(url: str, *, max_bytes: int = MAX_IMAGE_BYTES, max_pixels: int = MAX_IMAGE_PIXELS, dtype=None):
     """Pixels of an inline image as a `torch.Tensor` [3, H, W] (RGB, values in [0, 1], `dtype` default float32).
 
     Raises `ContractError("media_decode")` for anything that is not a decodable image within the caps.
+    The pixel cap is checked on the header's declared size, before any pixel is decoded; Pillow's
+    own decompression-bomb guard (which fires on the header too, for sizes far above the default
+    cap) is reported the same way rather than escaping as Pillow's exception.
     """
     import numpy as np
     import torch
@@ -58,13 +74,20 @@ def decode_data_url(url: str, *, max_bytes: int = MAX_IMAGE_BYTES, max_pixels: i
     if len(raw) > max_bytes:
         raise ContractError("media_decode", detail=f"image is {len(raw)} bytes; the cap is {max_bytes}")
     try:
-        with Image.open(io.BytesIO(raw)) as im:
+        with Image.open(io.BytesIO(raw), formats=IMAGE_FORMATS) as im:
             w, h = im.size
             if w * h > max_pixels:
                 raise ContractError("media_decode", detail=f"image is {w}x{h} = {w * h} pixels; the cap is {max_pixels}")
             rgb = np.asarray(im.convert("RGB"), dtype=np.uint8)  # (H, W, 3)
-    except (UnidentifiedImageError, OSError, ValueError) as exc:
-        raise ContractError("media_decode", detail=f"image bytes do not decode: {exc}") from None
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:  # the warning, if made an error
+        raise ContractError("media_decode", detail=f"image header declares a size refused as a decompression bomb "
+                                                   f"({exc}); the cap is {max_pixels} pixels") from None
+    except UnidentifiedImageError:  # Pillow's message names the BytesIO's address: not deterministic
+        raise ContractError("media_decode", detail="image bytes do not decode as any supported format "
+                                                   f"({', '.join(IMAGE_FORMATS)})") from None
+    except _DECODE_ERRORS as exc:
+        problem = str(exc) or type(exc).__name__
+        raise ContractError("media_decode", detail=f"image bytes do not decode: {problem}") from None
     t = torch.from_numpy(rgb.copy()).permute(2, 0, 1).contiguous()  # (3, H, W) uint8
     return t.to(dtype or torch.float32) / 255.0
 
@@ -79,4 +102,12 @@ def png_data_url(pixels) -> str:
     return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
 
 
-__all__ = ["MAX_IMAGE_BYTES", "MAX_IMAGE_PIXELS", "data_url_payload", "decode_data_url", "encoded_size", "png_data_url"]
+__all__ = [
+    "IMAGE_FORMATS",
+    "MAX_IMAGE_BYTES",
+    "MAX_IMAGE_PIXELS",
+    "data_url_payload",
+    "decode_data_url",
+    "encoded_size",
+    "png_data_url",
+]

@@ -20,6 +20,7 @@ import json
 import math
 import os
 import re
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -28,23 +29,41 @@ from compactsim.harness.core.errors import ConfigError
 #: Largest input file read, in bytes (override with COMPACTSIM_MAX_INPUT_BYTES).
 DEFAULT_MAX_INPUT_BYTES = 256 * 2**20
 MAX_BYTES_ENV = "COMPACTSIM_MAX_INPUT_BYTES"
+#: Largest value the environment variable may set (1 PiB): far above any real input, and small
+#: enough that no size arithmetic or read call can overflow a C integer.
+MAX_INPUT_BYTES_CEILING = 2**50
 #: Deepest nesting of arrays/objects (Gym payloads need about 10 levels).
 MAX_DEPTH = 64
 #: Longest integer literal, in digits (int64 and uint64 values fit in 20).
 MAX_INT_DIGITS = 20
+#: How large a YAML document may become with every alias expanded at each use, measured as nodes
+#: plus scalar characters: at most this many, or `YAML_EXPANSION_FACTOR` times the text's length
+#: when that is more. A document without aliases weighs about its own length, so only aliases can
+#: pass the limit; a "billion laughs" (aliases of aliases) or one long scalar aliased thousands of
+#: times expands by orders of magnitude and is refused while it is composed.
+YAML_EXPANSION_FLOOR = 1_000_000
+YAML_EXPANSION_FACTOR = 16
+#: Bytes read per `read` call (a bounded buffer, whatever the cap).
+_READ_CHUNK = 16 * 2**20
 
 
 def max_input_bytes() -> int:
-    """The size cap in force (the environment variable lets CI or a test lower or raise it)."""
+    """The size cap in force (the environment variable lets CI or a test lower or raise it).
+
+    A value that is not a plain decimal integer in [1, MAX_INPUT_BYTES_CEILING] is a
+    `ConfigError` (exit 2 in every command that reads a file); `limits_help` never raises.
+    """
     raw = os.environ.get(MAX_BYTES_ENV)
     if raw is None:
         return DEFAULT_MAX_INPUT_BYTES
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ConfigError("invalid_argument", f"{MAX_BYTES_ENV}={raw!r}: expected a positive integer") from None
-    if value <= 0:
-        raise ConfigError("invalid_argument", f"{MAX_BYTES_ENV}={raw!r}: expected a positive integer")
+    text = raw.strip()
+    # ASCII digits only (int() would also take "1_000" or non-ASCII digits), and few enough of them
+    # that int() never meets its 4,300-digit limit
+    value = int(text) if re.fullmatch(r"[0-9]{1,20}", text) else 0
+    if not 1 <= value <= MAX_INPUT_BYTES_CEILING:
+        shown = raw if len(raw) <= 40 else raw[:37] + "..."
+        raise ConfigError("invalid_argument", f"{MAX_BYTES_ENV}={shown!r}: expected a positive integer number of "
+                                              f"bytes, at most {MAX_INPUT_BYTES_CEILING} (2**50)")
     return value
 
 
@@ -56,10 +75,18 @@ def _human_bytes(n: int) -> str:
 
 
 def limits_help() -> str:
-    """The limits as `--help` states them."""
-    return (f"Input limits: files up to {_human_bytes(max_input_bytes())} (env {MAX_BYTES_ENV}), nesting up to "
-            f"{MAX_DEPTH} levels, integers up to {MAX_INT_DIGITS} digits, finite numbers only; a file that breaks "
-            "one exits 2 naming the file, line and field.")
+    """The limits as `--help` states them.
+
+    Called while the CLI registers its commands, so it must never raise: a bad environment value
+    is shown here (with the default) and refused, exit 2, only by a command that reads a file.
+    """
+    try:
+        files = f"files up to {_human_bytes(max_input_bytes())} (env {MAX_BYTES_ENV})"
+    except ConfigError as exc:
+        files = (f"files up to {_human_bytes(DEFAULT_MAX_INPUT_BYTES)} by default (env {MAX_BYTES_ENV}; its current "
+                 f"value is invalid, so commands that read a file exit 2: {exc.detail})")
+    return (f"Input limits: {files}, nesting up to {MAX_DEPTH} levels, integers up to {MAX_INT_DIGITS} digits, "
+            "finite numbers only; a file that breaks one exits 2 naming the file, line and field.")
 
 
 class InputError(ConfigError):
@@ -99,25 +126,54 @@ def _rebuild_input_error(cls: type[InputError], source: str, line: int | None, f
 
 
 def read_bytes(path: Path, *, what: str = "file") -> bytes:
-    """The file's bytes: missing, unreadable, a directory or over the size cap is an `InputError`."""
+    """The file's bytes: missing, unreadable, not a regular file or over the size cap is an `InputError`.
+
+    Only regular files are opened (after following symlinks): a FIFO, socket or device would block
+    `open` or `read` forever, or never end. The read is chunked, so the cap bounds memory however
+    large it is set.
+    """
     path = Path(path)
     cap = max_input_bytes()
     try:
-        size = path.stat().st_size
-        if path.is_dir():
+        st = path.stat()
+        if stat.S_ISDIR(st.st_mode):
             raise InputError(str(path), None, None, f"is a directory, expected a {what}")
-        if size > cap:
-            raise InputError(str(path), None, None, f"{what} is {size} bytes; the limit is {_human_bytes(cap)} "
+        if not stat.S_ISREG(st.st_mode):
+            raise InputError(str(path), None, None, f"is a {_file_kind(st.st_mode)}, not a regular file "
+                                                    f"(expected a {what}); it is not read")
+        if st.st_size > cap:
+            raise InputError(str(path), None, None, f"{what} is {st.st_size} bytes; the limit is {_human_bytes(cap)} "
                                                     f"(env {MAX_BYTES_ENV})")
-        with path.open("rb") as fh:
-            data = fh.read(cap + 1)
+        chunks: list[bytes] = []
+        total = 0
+        # O_NONBLOCK: if the path was swapped for a FIFO after the stat, open still returns at once
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+        with os.fdopen(fd, "rb") as fh:
+            if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+                raise InputError(str(path), None, None, f"is not a regular file (expected a {what}); it is not read")
+            while total <= cap:
+                chunk = fh.read(min(_READ_CHUNK, cap + 1 - total))
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                total += len(chunk)
+        data = b"".join(chunks)
     except FileNotFoundError:
         raise InputError(str(path), None, None, f"file not found (expected a {what})") from None
     except OSError as exc:
         raise InputError(str(path), None, None, f"cannot read: {exc.strerror or exc}") from None
-    if len(data) > cap:  # grew while being read, or a special file
+    if len(data) > cap:  # grew while being read
         raise InputError(str(path), None, None, f"{what} exceeds the limit of {_human_bytes(cap)} (env {MAX_BYTES_ENV})")
     return data
+
+
+def _file_kind(mode: int) -> str:
+    """A person's word for a non-regular file type."""
+    for test, name in ((stat.S_ISFIFO, "named pipe (FIFO)"), (stat.S_ISSOCK, "socket"),
+                       (stat.S_ISCHR, "character device"), (stat.S_ISBLK, "block device")):
+        if test(mode):
+            return name
+    return "special file"
 
 
 def decode_text(data: bytes, source: str) -> str:
@@ -266,13 +322,20 @@ def load_json(path: Path, *, what: str = "JSON file") -> Any:
     return parse_json(text, str(path))
 
 
+#: JSON-lines line breaks: LF, CRLF and a lone CR. Not `str.splitlines`, which also breaks at
+#: U+2028, U+2029, U+0085 and other characters valid raw inside a JSON string (the control
+#: characters it splits at cannot occur in valid JSON at all, so ignoring them loses nothing).
+_LINE_BREAK = re.compile(r"\r\n|\r|\n")
+
+
+def json_lines(text: str) -> list[tuple[int, str]]:
+    """(1-based line number, text) of every non-blank line of a JSON-lines text."""
+    return [(k, line) for k, line in enumerate(_LINE_BREAK.split(text), 1) if line.strip()]
+
+
 def parse_json_lines(text: str, source: str) -> list[tuple[int, Any]]:
     """(line number, value) of every non-blank line of a JSON-lines text."""
-    out: list[tuple[int, Any]] = []
-    for lineno, line in enumerate(text.splitlines(), 1):
-        if line.strip():
-            out.append((lineno, parse_json(line, source, line_base=lineno - 1)))
-    return out
+    return [(lineno, parse_json(line, source, line_base=lineno - 1)) for lineno, line in json_lines(text)]
 
 
 def parse_json_documents(text: str, source: str) -> list[Any]:
@@ -315,12 +378,26 @@ def parse_yaml(text: str, source: str) -> Any:
                 raise InputError(source, mark.line + 1, _format_path(path),
                                  f"number {str(node.value)[:40]} is not a finite float", column=mark.column + 1)
 
+    expansion_limit = max(YAML_EXPANSION_FLOOR, YAML_EXPANSION_FACTOR * len(text))
+
     class _Loader(yaml.SafeLoader):
-        """Counts nesting and checks numbers while composing, before any value is constructed."""
+        """Counts nesting and nodes and checks numbers while composing, before any value is constructed.
+
+        An alias repeats its anchor's whole subtree wherever it is used, so it counts as that many
+        nodes and that much nesting: nested aliases of aliases ("billion laughs") would otherwise
+        build a document exponentially larger and deeper than its text, which every later walk
+        (validation, digests, JSON dumps) would then have to traverse.
+        """
 
         def __init__(self, stream: str) -> None:
             super().__init__(stream)
             self._path: list[str | int] = []
+            #: id(node) -> (weight, levels) of its subtree with every alias expanded (weight: nodes plus
+            #: scalar characters); the nodes stay alive in the document being composed, so ids are stable
+            self._expanded: dict[int, tuple[int, int]] = {}
+
+        def _problem(self, mark: Any, problem: str) -> InputError:
+            return InputError(source, mark.line + 1, _format_path(self._path), problem, column=mark.column + 1)
 
         def compose_node(self, parent: Any, index: Any) -> Any:  # type: ignore[override]
             if parent is not None:  # a mapping key is composed with index None, its value with the key node
@@ -328,16 +405,46 @@ def parse_yaml(text: str, source: str) -> Any:
                                   (str(index.value) if index is not None else "<key>"))
             try:
                 if len(self._path) > MAX_DEPTH:
-                    mark = self.peek_event().start_mark
-                    raise InputError(source, mark.line + 1, _format_path(self._path),
-                                     f"nested deeper than {MAX_DEPTH} levels", column=mark.column + 1)
+                    raise self._problem(self.peek_event().start_mark, f"nested deeper than {MAX_DEPTH} levels")
+                alias = self.peek_event() if self.check_event(yaml.AliasEvent) else None
                 node = super().compose_node(parent, index)
+                if alias is not None:
+                    self._check_alias(node, alias)
+                    return node
                 if isinstance(node, yaml.ScalarNode):
                     check_scalar(node, self._path)
+                self._count(node)
                 return node
             finally:
                 if parent is not None:
                     self._path.pop()
+
+        def _check_alias(self, node: Any, alias: Any) -> None:
+            """An alias is refused when it refers to its own ancestor or expands past the depth limit."""
+            if id(node) not in self._expanded:  # its anchor is still being composed: an infinite document
+                raise self._problem(alias.start_mark, f"alias *{alias.anchor} refers to a node that contains it "
+                                                      "(a recursive YAML alias)")
+            levels = self._expanded[id(node)][1]
+            if len(self._path) + levels > MAX_DEPTH:
+                raise self._problem(alias.start_mark, f"alias *{alias.anchor} expands to nesting deeper than "
+                                                      f"{MAX_DEPTH} levels")
+
+        def _count(self, node: Any) -> None:
+            """Record a composed node's expanded weight; refuse the document once one node exceeds the limit."""
+            if isinstance(node, yaml.SequenceNode):
+                children = list(node.value)
+            elif isinstance(node, yaml.MappingNode):
+                children = [child for pair in node.value for child in pair]
+            else:
+                children = []
+            sizes = [self._expanded[id(child)] for child in children]
+            weight = 1 + (sum(w for w, _ in sizes) if children else len(str(node.value)))
+            levels = (1 + max((d for _, d in sizes), default=0)) if children else 0
+            self._expanded[id(node)] = (weight, levels)
+            if weight > expansion_limit:
+                raise self._problem(node.start_mark, f"expands to {weight} nodes and scalar characters counting "
+                                                     f"every use of an alias; the limit for this {len(text)}-character "
+                                                     f"document is {expansion_limit} (a YAML alias bomb)")
 
     try:
         return yaml.load(text, Loader=_Loader)  # noqa: S506 - a SafeLoader subclass
@@ -373,8 +480,12 @@ __all__ = [
     "InputError",
     "MAX_BYTES_ENV",
     "MAX_DEPTH",
+    "MAX_INPUT_BYTES_CEILING",
     "MAX_INT_DIGITS",
+    "YAML_EXPANSION_FACTOR",
+    "YAML_EXPANSION_FLOOR",
     "decode_text",
+    "json_lines",
     "json_path_at",
     "limits_help",
     "load_json",

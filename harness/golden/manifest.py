@@ -5,18 +5,34 @@
 contract flavours of the payloads, each scenario's verdict, and every other file with its size,
 SHA-256 digest and the schema that validates it. Two exports with the same seed and code give
 byte-identical files, hence equal manifests; a reader refuses a file whose digest changed.
+
+Golden directories come from elsewhere (a repository, an artifact store), so nothing here trusts
+them: `GoldenFiles` is the only way the reader opens a golden file, and it opens only files the
+manifest lists, at a relative path inside the directory, regular and size-capped, with the listed
+size and digest. Every problem is one typed `InputError`/`ConfigError` naming the file (exit 2).
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
+import os
+import re
+import stat
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from compactsim.harness.core.errors import ConfigError
+from compactsim.harness.core.json_input import (
+    InputError,
+    decode_text,
+    load_json,
+    max_input_bytes,
+    parse_json,
+    parse_json_lines,
+    read_bytes,
+)
 from compactsim.harness.golden.codec import json_document
 from compactsim.harness.golden.schema import validator
 
@@ -28,8 +44,26 @@ MANIFEST = "manifest.json"
 PRODUCER = "compactsim-emitter"
 
 
+#: One part of a golden path: what `compactsim export` writes. ASCII only and no leading dot, so
+#: never ``.``, ``..``, a hidden file, a drive letter, a backslash or a lone surrogate.
+_PATH_PART = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]*")
+
+
 def sha256_hex(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
+
+
+def check_relative_path(path: object, source: str, field: str) -> str:
+    """`path` when it is a normalised relative POSIX path of plain parts; else an `InputError` naming `field`.
+
+    Why: golden paths are joined to the golden directory, so an absolute path or ``..`` would read
+    outside it, and a character the file system cannot encode would crash the read instead.
+    """
+    if not isinstance(path, str) or not all(_PATH_PART.fullmatch(part) for part in path.split("/")):
+        raise InputError(source, None, field, f"path {path!r} is not a relative path inside the golden directory "
+                                              "(parts of letters, digits, '.', '_', '-' joined by '/'; no leading "
+                                              "'/' or '.', no '..')")
+    return path
 
 
 def file_schema(path: str) -> str:
@@ -178,15 +212,12 @@ def build_manifest(
 
 
 def read_manifest(directory: Path) -> Manifest:
-    """The manifest of a golden directory, checked against its schema and format version."""
-    path = directory / MANIFEST
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
+    """The manifest of a golden directory, checked against its schema, format version and path rules."""
+    path = Path(directory) / MANIFEST
+    if not os.path.lexists(path):
         raise ConfigError("invalid_argument", f"{directory}: not a golden directory (no {MANIFEST}); "
-                          "write one with `compactsim export --out DIR`") from None
-    except (OSError, ValueError) as exc:
-        raise ConfigError("invalid_argument", f"{path}: unreadable ({exc})") from None
+                          "write one with `compactsim export --out DIR`")
+    data = load_json(path, what="golden manifest")  # regular file, size, depth and number limits
     if isinstance(data, dict) and data.get("format") == GOLDEN_FORMAT and data.get("format_version") != FORMAT_VERSION:
         raise ConfigError("unsupported_config", f"{path}: golden format_version {data.get('format_version')!r}; this "
                           f"compactsim reads format_version {FORMAT_VERSION} (re-export with this version)")
@@ -194,21 +225,108 @@ def read_manifest(directory: Path) -> Manifest:
     if errors:
         where = "/".join(map(str, errors[0].absolute_path)) or "<root>"
         raise ConfigError("invalid_argument", f"{path}: not a valid golden manifest at {where}: {errors[0].message}")
+    _check_names_and_paths(data, str(path))
     return Manifest.from_json(data)
+
+
+def _check_names_and_paths(data: Mapping[str, Any], source: str) -> None:
+    """Scenario names and file paths the reader will join to the directory: plain, unique, as exported.
+
+    The schema only says they are strings; a name like ``../x`` or a path like ``/etc/passwd``
+    would make the reader open files outside the golden directory.
+    """
+    names: set[str] = set()
+    for k, s in enumerate(data["scenarios"]):
+        name = check_relative_path(s["name"], source, f"scenarios[{k}].name")
+        if "/" in name or name in names:
+            why = "listed twice" if name in names else "contains '/'"
+            raise InputError(source, None, f"scenarios[{k}].name", f"scenario name {name!r} {why}")
+        if s["directory"] != f"scenarios/{name}":
+            raise InputError(source, None, f"scenarios[{k}].directory", f"{s['directory']!r}: expected "
+                             f"'scenarios/{name}' (the directory is named after the scenario)")
+        names.add(name)
+    paths: set[str] = set()
+    for k, f in enumerate(data["files"]):
+        rel = check_relative_path(f["path"], source, f"files[{k}].path")
+        if rel in paths or rel == MANIFEST:
+            raise InputError(source, None, f"files[{k}].path", f"{rel!r} is listed twice" if rel in paths
+                             else f"{MANIFEST} cannot list itself")
+        paths.add(rel)
+
+
+class GoldenFiles:
+    """Read access to a golden directory's files, only as its manifest lists them.
+
+    Each read checks that the path is listed, stays inside the directory after following symlinks,
+    is a regular file within the input size cap, and has the listed size and sha256; the bytes that
+    passed are the bytes returned, so a file edited after `check_files` ran is caught as well. A
+    file the manifest does not list is never read: an edited golden cannot be hidden by removing
+    its entry.
+    """
+
+    def __init__(self, directory: Path, manifest: Manifest) -> None:
+        self.directory = Path(directory)
+        self.manifest = manifest
+        self._listed = {f.path: f for f in manifest.files}
+
+    def source(self, path: str) -> str:
+        """How a message names the golden file at `path`."""
+        return str(self.directory / path)
+
+    def read_bytes(self, path: str) -> bytes:
+        """The bytes of the listed file at `path` (relative to the directory); any problem is an `InputError`."""
+        source = self.source(path)
+        listed = self._listed.get(path)
+        if listed is None:
+            raise InputError(source, None, None, f"not listed in {MANIFEST} files[] (every golden file read must be "
+                                                 "listed there with its sha256); re-export instead of editing goldens")
+        full = self.directory / path
+        try:
+            inside = full.resolve().is_relative_to(self.directory.resolve())
+            st = full.stat()
+        except FileNotFoundError:
+            raise InputError(source, None, None, "missing") from None
+        except (OSError, RuntimeError) as exc:  # RuntimeError: a symlink loop (Python < 3.13)
+            raise InputError(source, None, None, f"cannot read: {getattr(exc, 'strerror', None) or exc}") from None
+        if not inside:
+            raise InputError(source, None, None, "is a symlink leading outside the golden directory; it is not read")
+        if not stat.S_ISREG(st.st_mode):  # a FIFO would block the read, a device never end
+            raise InputError(source, None, None, "is not a regular file; it is not read")
+        if st.st_size != listed.bytes:
+            raise InputError(source, None, None, f"{st.st_size} bytes differ from the manifest's {listed.bytes} bytes")
+        if listed.bytes > max_input_bytes():
+            raise InputError(source, None, None, f"the manifest lists {listed.bytes} bytes, over the input limit "
+                                                 f"of {max_input_bytes()} bytes")
+        data = read_bytes(full, what="golden file")  # regular files only, size-capped
+        digest = sha256_hex(data)
+        if len(data) != listed.bytes or digest != listed.sha256:
+            raise InputError(source, None, None,
+                             f"sha256 {digest[:16]}… differs from the manifest's {listed.sha256[:16]}…")
+        return data
+
+    def load_json(self, path: str) -> Any:
+        """One JSON document, under the input limits of `compactsim.harness.core.json_input`."""
+        source = self.source(path)
+        text = decode_text(self.read_bytes(path), source)
+        if not text.strip():
+            raise InputError(source, None, None, "empty golden file")
+        return parse_json(text, source)
+
+    def load_json_lines(self, path: str) -> list[tuple[int, Any]]:
+        """(line number, value) of each non-blank line of a JSON-lines file, under the same limits."""
+        source = self.source(path)
+        return parse_json_lines(decode_text(self.read_bytes(path), source), source)
 
 
 def check_files(directory: Path, manifest: Manifest) -> None:
     """Every listed file exists with its recorded digest (a changed golden is never audited against)."""
+    files = GoldenFiles(directory, manifest)
     problems: list[str] = []
     for f in manifest.files:
         try:
-            data = (directory / f.path).read_bytes()
-        except OSError:
-            problems.append(f"{f.path}: missing")
-            continue
-        digest = sha256_hex(data)
-        if digest != f.sha256:
-            problems.append(f"{f.path}: sha256 {digest[:16]}… differs from the manifest's {f.sha256[:16]}…")
+            files.read_bytes(f.path)
+        except InputError as exc:
+            problems.append(f"{f.path}: {exc.problem}")
     if problems:
         raise ConfigError("invalid_argument", f"{directory}: {len(problems)} golden file(s) differ from "
                           f"{MANIFEST}; re-export instead of editing goldens", violations=tuple(problems))
@@ -220,10 +338,12 @@ __all__ = [
     "MANIFEST",
     "PRODUCER",
     "GoldenFile",
+    "GoldenFiles",
     "Manifest",
     "ScenarioEntry",
     "build_manifest",
     "check_files",
+    "check_relative_path",
     "compactsim_version",
     "file_schema",
     "read_manifest",

@@ -1,17 +1,24 @@
-"""Read a golden directory: check the manifest and every digest, then decode each scenario's expectation."""
+"""Read a golden directory: check the manifest and every digest, then decode each scenario's expectation.
+
+Every file is read through `GoldenFiles` (listed in the manifest, inside the directory, regular,
+size-capped, digest-checked) and parsed under the input limits of
+`compactsim.harness.core.json_input`; each document and row line is checked against its schema
+before it is decoded, so a malformed golden is one typed error naming the file, line and field
+(exit 2), never a traceback.
+"""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from compactsim.harness.core.errors import ConfigError
+from compactsim.harness.core.errors import CompactsimError, ConfigError
 from compactsim.harness.core.expectations import ScenarioExpectation
+from compactsim.harness.core.json_input import InputError
 from compactsim.harness.golden.codec import TrainerSettings, expectation_from_document
-from compactsim.harness.golden.manifest import Manifest, check_files, read_manifest
+from compactsim.harness.golden.manifest import GoldenFiles, Manifest, check_files, check_relative_path, read_manifest
 from compactsim.harness.golden.schema import validator
 
 
@@ -28,12 +35,23 @@ class GoldenScenario:
     document: Mapping[str, Any]
     #: The audit's float tolerances the goldens were exported with (`compactsim.harness.audit.Tolerances` fields).
     tolerances: Mapping[str, float] | None = None
+    #: The checked files it was read from (None for a scenario built in memory: it has no files to read).
+    files: GoldenFiles | None = None
+
+    def _files(self) -> GoldenFiles:
+        if self.files is None:
+            raise ConfigError("invalid_argument", f"scenario {self.name!r} was not read from a golden directory")
+        return self.files
 
     def payload_groups(self, step: int) -> list[list[dict[str, Any]]]:
         """Step `step`'s results per group, in the order the trainer receives them."""
-        for data in self.document["steps"]:
+        files = self._files()
+        base = self.directory.relative_to(files.directory).as_posix()
+        for k, data in enumerate(self.document["steps"]):
             if data["step"] == step:
-                return [_read_lines(self.directory / g["file"]) for g in data["payloads"]]
+                return [_read_lines(files, _scenario_path(files, base, g["file"], f"steps[{k}].payloads[{j}].file"),
+                                    "payload")
+                        for j, g in enumerate(data["payloads"])]
         raise ConfigError("invalid_argument", f"scenario {self.name!r} has no step {step} in the goldens")
 
     def payloads(self, step: int) -> list[dict[str, Any]]:
@@ -42,7 +60,9 @@ class GoldenScenario:
 
     def scenario_data(self) -> dict[str, Any]:
         """``scenario.json``: the scenario definition the goldens came from."""
-        return json.loads((self.directory / "scenario.json").read_text(encoding="utf-8"))  # type: ignore[no-any-return]
+        files = self._files()
+        path = f"{self.directory.relative_to(files.directory).as_posix()}/scenario.json"
+        return _checked(files, path, None, files.load_json(path), "scenario", "scenario")
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -65,33 +85,70 @@ class Golden:
         raise ConfigError("invalid_argument", f"scenario {name!r} was not loaded from {self.directory}")
 
 
-def _read_lines(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+def _scenario_path(files: GoldenFiles, base: str, ref: Any, field: str) -> str:
+    """The manifest path of a file ``expectation.json`` names relative to its scenario directory `base`."""
+    return f"{base}/{check_relative_path(ref, files.source(f'{base}/expectation.json'), field)}"
 
 
-def _read_document(path: Path) -> dict[str, Any]:
-    data = json.loads(path.read_text(encoding="utf-8"))
-    errors = sorted(validator("expectation").iter_errors(data), key=lambda e: list(map(str, e.absolute_path)))
+def _checked(files: GoldenFiles, path: str, line: int | None, data: Any, schema: str, what: str) -> Any:
+    """`data` when it matches `schema`; else an `InputError` naming the file, line and field of the first problem."""
+    errors = sorted(validator(schema).iter_errors(data), key=lambda e: list(map(str, e.absolute_path)))
     if errors:
         where = "/".join(map(str, errors[0].absolute_path)) or "<root>"
-        raise ConfigError("invalid_argument", f"{path}: not a valid golden expectation at {where}: {errors[0].message}")
-    return data  # type: ignore[no-any-return]
+        raise InputError(files.source(path), line, where, f"not a valid golden {what}: {errors[0].message}")
+    return data
 
 
-def read_scenario(directory: Path) -> GoldenScenario:
-    """One scenario directory of a golden set (its files are not digest-checked here; `read_golden` does that)."""
-    document = _read_document(directory / "expectation.json")
+def _read_lines(files: GoldenFiles, path: str, schema: str) -> list[dict[str, Any]]:
+    """Every line of a golden JSON-lines file, each checked against `schema` (its decoder then cannot fail)."""
+    what = "expected row" if schema == "expected-rows" else schema
+    lines = []
+    for n, value in files.load_json_lines(path):
+        lines.append(_checked(files, path, n, value, schema, what))
+        if schema == "expected-rows":
+            _check_spans(files, path, n, value)
+    return lines
+
+
+def _check_spans(files: GoldenFiles, path: str, line: int, row: Mapping[str, Any]) -> None:
+    """Each mask span lies inside the row: the decoder indexes the logprobs by every position of every span.
+
+    Why: the schema cannot relate one field to another, and a span of 10**19 positions would
+    exhaust memory in the decoder instead of being refused.
+    """
+    size = min(len(row["input_ids"]), len(row["generation_logprobs"]))
+    for k, (start, end) in enumerate(row["mask_spans"]):
+        if not start <= end <= size:
+            raise InputError(files.source(path), line, f"mask_spans/{k}",
+                             f"span [{start}, {end}) is not inside the row's {size} positions")
+
+
+def read_scenario(files: GoldenFiles, name: str) -> GoldenScenario:
+    """Scenario `name` of a checked golden directory, every file it reads listed in the manifest."""
+    base = f"scenarios/{name}"
+    path = f"{base}/expectation.json"
+    document = _checked(files, path, None, files.load_json(path), "expectation", "expectation")
     rows = {
-        data["step"]: _read_lines(directory / data["rows"]["file"])
-        for data in document["steps"] if data["rows"]["file"] is not None
+        data["step"]: _read_lines(files, _scenario_path(files, base, data["rows"]["file"], f"steps[{k}].rows.file"),
+                                  "expected-rows")
+        for k, data in enumerate(document["steps"]) if data["rows"]["file"] is not None
     }
+    try:
+        expectation = expectation_from_document(document, rows)
+        trainer = TrainerSettings.from_json(document["trainer"])
+    except CompactsimError:
+        raise
+    except (KeyError, TypeError, ValueError, IndexError) as exc:  # belt and braces: what the schemas cannot say
+        raise InputError(files.source(path), None, None, f"cannot be decoded with its rows: "
+                                                          f"{type(exc).__name__}: {exc}") from None
     return GoldenScenario(
         name=document["scenario"],
-        directory=directory,
-        expectation=expectation_from_document(document, rows),
-        trainer=TrainerSettings.from_json(document["trainer"]),
+        directory=files.directory / base,
+        expectation=expectation,
+        trainer=trainer,
         document=document,
         tolerances=dict(document["tolerances"]),
+        files=files,
     )
 
 
@@ -100,11 +157,12 @@ def read_golden(directory: Path, scenarios: Sequence[str] | None = None) -> Gold
     directory = Path(directory)
     manifest = read_manifest(directory)
     check_files(directory, manifest)
+    files = GoldenFiles(directory, manifest)
     wanted = [manifest.scenario(n).name for n in scenarios] if scenarios else [e.name for e in manifest.scenarios]
     loaded = []
     for name in wanted:
         entry = manifest.scenario(name)
-        scenario = read_scenario(directory / entry.directory)
+        scenario = read_scenario(files, entry.name)
         if scenario.name != entry.name:
             raise ConfigError("invalid_argument", f"{directory / entry.directory}: expectation.json is for scenario "
                               f"{scenario.name!r}, the manifest lists {entry.name!r}")

@@ -31,7 +31,8 @@ import numpy as np
 from jsonschema import ValidationError
 from jsonschema.exceptions import best_match
 
-from compactsim.harness.core.json_input import InputError, parse_json, read_text
+from compactsim.harness.core.contract import INT32_LIMIT
+from compactsim.harness.core.json_input import InputError, json_lines, parse_json, read_text
 from compactsim.harness.golden.schema import validator
 
 _NON_FINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
@@ -162,13 +163,51 @@ def _json_line(text: str, source: str, lineno: int) -> Any:
 
 
 def _lines(text: str) -> list[tuple[int, str]]:
-    return [(k, line) for k, line in enumerate(text.splitlines(), 1) if line.strip()]
+    """Non-blank lines split at LF/CRLF/CR only: U+2028 or U+0085 inside a JSON string is not a line break."""
+    return json_lines(text)
 
 
-def _spans_mask(spans: Sequence[Sequence[int]], n: int, source: str, lineno: int) -> np.ndarray:
+def _int_problem(value: Any, lo: int, hi: int) -> str:
+    expected = f"{lo} or {lo + 1}" if hi == lo + 2 else f"an integer in [{lo}, {hi})"
+    return f"expected {expected}, got {value!r}"
+
+
+def _as_int(value: Any, lo: int, hi: int) -> int | None:
+    """`value` as an int in [lo, hi), or None. JSON Schema's "integer" admits 2.0 (a trainer dumping
+    `mask.float().tolist()` writes it), so integral floats count; 1e300, 2.5 and bools do not."""
+    if type(value) is float and value.is_integer() and lo <= value < hi:
+        return int(value)
+    if type(value) is int and lo <= value < hi:
+        return value
+    return None
+
+
+def _int(value: Any, field: str, lo: int, source: str, lineno: int, *, hi: int = INT32_LIMIT) -> int:
+    """An integer field within int32 (ids, positions, steps and versions all fit, as in the Gym contract):
+    a 20-digit id or 1e300 would overflow the int64 arrays the rows are compared in."""
+    got = _as_int(value, lo, hi)
+    if got is None:
+        raise RowsDumpError(source, lineno, field, _int_problem(value, lo, hi))
+    return got
+
+
+def _ints(values: Sequence[Any], field: str, lo: int, source: str, lineno: int, *,
+          hi: int = INT32_LIMIT) -> tuple[int, ...]:
+    """`_int` of every entry of a list field, naming the first bad entry."""
+    out = []
+    for k, v in enumerate(values):
+        got = _as_int(v, lo, hi)
+        if got is None:
+            raise RowsDumpError(source, lineno, f"{field}[{k}]", _int_problem(v, lo, hi))
+        out.append(got)
+    return tuple(out)
+
+
+def _spans_mask(spans: Sequence[Sequence[Any]], n: int, source: str, lineno: int) -> np.ndarray:
     mask = np.zeros(n, dtype=np.float64)
     end_before = 0
-    for k, (start, end) in enumerate(spans):
+    for k, span in enumerate(spans):
+        start, end = _ints(span, f"mask_spans[{k}]", 0, source, lineno)
         if not start < end <= n:
             raise RowsDumpError(source, lineno, f"mask_spans[{k}]",
                                 f"[{start}, {end}) is not a non-empty span inside the row's {n} tokens")
@@ -189,8 +228,9 @@ def _per_token(obj: Mapping[str, Any], name: str, n: int, source: str, lineno: i
 
 def _row(obj: Mapping[str, Any], source: str, lineno: int) -> DumpRow:
     n = len(obj["input_ids"])
-    input_ids = np.asarray([int(t) for t in obj["input_ids"]], dtype=np.int64)
+    input_ids = np.asarray(_ints(obj["input_ids"], "input_ids", 0, source, lineno), dtype=np.int64)
     if "token_mask" in obj:
+        _ints(obj["token_mask"], "token_mask", 0, source, lineno, hi=2)  # the schema admits 0.0 and 1.0 too
         mask = _per_token(obj, "token_mask", n, source, lineno)
     else:
         mask = _spans_mask(obj["mask_spans"], n, source, lineno)
@@ -201,29 +241,32 @@ def _row(obj: Mapping[str, Any], source: str, lineno: int) -> DumpRow:
                             f"has {len(digests)} digests for {len(media)} media_ids (one per image)")
     sentinels = obj.get("routed_experts_sentinel_positions")
     if sentinels is not None:
+        sentinels = _ints(sentinels, "routed_experts_sentinel_positions", 0, source, lineno)
         for k, p in enumerate(sentinels):
             if p >= n:
                 raise RowsDumpError(source, lineno, f"routed_experts_sentinel_positions[{k}]",
                                     f"position {p} is past the row's {n} tokens")
     version = obj.get("generation_policy_version")
+    trace_index = obj.get("trace_index")
     return DumpRow(
         line=lineno,
         scenario=obj["scenario"],
-        step=int(obj["step"]),
+        step=_int(obj["step"], "step", 0, source, lineno),
         physical_trace_id=obj.get("physical_trace_id"),
         logical_rollout_id=obj.get("logical_rollout_id"),
-        parent_index=int(obj["parent_index"]),
+        parent_index=_int(obj["parent_index"], "parent_index", -1, source, lineno),
         input_ids=input_ids,
         token_mask=mask,
         generation_logprobs=_per_token(obj, "generation_logprobs", n, source, lineno),
         advantages=_per_token(obj, "advantages", n, source, lineno),
-        trace_index=None if obj.get("trace_index") is None else int(obj["trace_index"]),
+        trace_index=None if trace_index is None else _int(trace_index, "trace_index", -1, source, lineno),
         rollout_advantage=None if obj.get("rollout_advantage") is None else float(obj["rollout_advantage"]),
         sample_mask=None if obj.get("sample_mask") is None else float(obj["sample_mask"]),
-        generation_policy_version=None if version is None else int(version),
+        generation_policy_version=(None if version is None
+                                   else _int(version, "generation_policy_version", 0, source, lineno)),
         media_ids=None if media is None else tuple(media),
         pixel_digests=None if digests is None else tuple(digests),
-        sentinel_positions=None if sentinels is None else tuple(int(p) for p in sentinels),
+        sentinel_positions=sentinels,
     )
 
 
@@ -242,8 +285,11 @@ def parse_rows_dump(text: str, *, source: str = "<rows dump>") -> RowsDump:
             if previous is not None:
                 raise RowsDumpError(source, lineno, "error", f"scenario {obj['scenario']!r} already has an error "
                                     f"line (line {previous.line}); a trainer stops at its first refused step")
-            errors[obj["scenario"]] = DumpError(lineno, obj["scenario"], int(obj["step"]), err["code"],
-                                                err.get("rollout_id"), err.get("turn_id"), err.get("message", ""))
+            step = _int(obj["step"], "step", 0, source, lineno)
+            turn = err.get("turn_id")
+            turn = None if turn is None else _int(turn, "error.turn_id", 1, source, lineno)
+            errors[obj["scenario"]] = DumpError(lineno, obj["scenario"], step, err["code"], err.get("rollout_id"), turn,
+                                                err.get("message", ""))
         else:
             rows.append(_row(obj, source, lineno))
     for row in rows:
@@ -285,7 +331,7 @@ def parse_metrics_dump(text: str, *, source: str = "<metrics dump>") -> MetricsD
     for lineno, line in _lines(text):
         obj = _json_line(line, source, lineno)
         _schema_check("metrics-dump", obj, source, lineno)
-        key = (obj["scenario"], int(obj["step"]))
+        key = (obj["scenario"], _int(obj["step"], "step", 0, source, lineno))
         if key in lines:
             raise RowsDumpError(source, lineno, "step", f"scenario {key[0]!r} step {key[1]} already has metrics "
                                 f"(line {lines[key]})")

@@ -13,7 +13,8 @@ from typing import Any
 
 from compactsim import examples_dir
 from compactsim.harness.core.contract import TOKEN_FIELDS, GymResponse, TokenFields
-from compactsim.harness.core.errors import CompactsimError, ConfigError
+from compactsim.harness.core.errors import CompactsimError
+from compactsim.harness.core.json_input import parse_json, parse_json_lines, read_text
 from compactsim.harness.gym_check import baseline as baselines
 from compactsim.harness.gym_check.digest_check import PRIMITIVE_PROBES, DigestCheck, payload_checks, primitive_checks
 from compactsim.harness.gym_check.errors import GymSetupError
@@ -108,18 +109,12 @@ def load_payloads(paths: Sequence[Path]) -> list[NamedPayload]:
     for path in paths:
         files = sorted(p for p in path.rglob("*") if p.suffix in (".json", ".jsonl")) if path.is_dir() else [path]
         for file in files:
-            try:
-                text = file.read_text(encoding="utf-8")
-            except OSError as exc:
-                raise ConfigError("invalid_argument", f"cannot read payloads from {file}: {exc.strerror}") from None
-            try:
-                if file.suffix == ".jsonl":
-                    values = [(f"{file.name}:{i}", json.loads(line)) for i, line in enumerate(text.splitlines(), 1) if line.strip()]
-                else:
-                    value = json.loads(text)
-                    values = [(f"{file.name}[{i}]", v) for i, v in enumerate(value)] if isinstance(value, list) else [(file.name, value)]
-            except json.JSONDecodeError as exc:
-                raise ConfigError("invalid_argument", f"{file}: invalid JSON ({exc.msg}, line {exc.lineno})") from None
+            text = read_text(file, what="payload file")  # limits, regular files only: a typed error names the file
+            if file.suffix == ".jsonl":
+                values = [(f"{file.name}:{i}", v) for i, v in parse_json_lines(text, str(file))]
+            else:
+                value = parse_json(text, str(file))
+                values = [(f"{file.name}[{i}]", v) for i, v in enumerate(value)] if isinstance(value, list) else [(file.name, value)]
             out.extend(NamedPayload(name, v) for name, v in values if isinstance(v, dict))
     return out
 

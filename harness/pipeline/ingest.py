@@ -97,9 +97,10 @@ def ingest_result(obj: object) -> Ingested:
     elif contract is not None:
         records = list(response.model_call_metadata or [])
     calls = _build_calls(token_items, records, rollout_id, flavour, violations)
-    # the trainer's own label (harness.core.contract.TRAINER_POLICY_VERSION); Gym never sends a version
-    label = envelope.get(TRAINER_POLICY_VERSION) if envelope is not None else None
-    if isinstance(label, int) and not isinstance(label, bool):
+    # the trainer's own label (harness.core.contract.TRAINER_POLICY_VERSION, validated by RunResult as a
+    # non-negative int32); Gym never sends a version
+    label = result.trainer_policy_version if result is not None else None
+    if label is not None:
         calls = [c if c.policy_version is not None else replace(c, policy_version=label) for c in calls]
     media_assets = _declared_assets(response, rollout_id)
     if contract is None:
@@ -181,8 +182,10 @@ def _malformed(exc: ValidationError, rollout_id: str | None) -> ContractError:
     )
 
 
-#: Pydantic names the branch of a union in the error location ("constrained-float", "str", ...).
-_UNION_TAG = re.compile(r"(constrained-)?(float|int|str|bool|none|list\[.*\]|dict\[.*\])")
+#: Pydantic names the branch of a union in the error location ("constrained-float", "str", ...; a
+#: branch with a validator, like `Number`'s float branch, as "function-before[<validator>(), float]").
+_UNION_TAG = re.compile(r"(constrained-)?(float|int|str|bool|none|list\[.*\]|dict\[.*\])"
+                        r"|function-(before|after|wrap|plain)\[.*\]")
 
 
 def _first_error(exc: ValidationError) -> Any:

@@ -7,6 +7,8 @@ import threading
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from compactsim.harness.core.errors import ConfigError
+
 
 @dataclass(frozen=True, slots=True)
 class LogEntry:
@@ -33,7 +35,12 @@ class LogEntry:
 
 
 class RequestLog:
-    """Thread-safe in-memory log (capped), optionally mirrored to a JSON-lines file."""
+    """Thread-safe in-memory log (capped), optionally mirrored to a JSON-lines file.
+
+    The file is opened for appending once here, so a path that cannot be written (a missing
+    folder, a directory, ``/proc``) is a `ConfigError` naming ``request_log_path`` when the server
+    is built, not a 500 on every request.
+    """
 
     def __init__(self, *, max_entries: int, path: str | None = None) -> None:
         self._entries: list[LogEntry] = []
@@ -41,6 +48,13 @@ class RequestLog:
         self._max = max_entries
         self._path = Path(path) if path else None
         self._seq = 0
+        if self._path is not None:
+            try:
+                with self._path.open("a", encoding="utf-8"):
+                    pass
+            except (OSError, ValueError) as exc:  # ValueError: a NUL in the path
+                reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+                raise ConfigError("invalid_config", f"request_log_path {path!r}: cannot append to it: {reason}") from None
 
     def record(self, **fields: object) -> LogEntry:
         with self._lock:

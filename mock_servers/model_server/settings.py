@@ -11,6 +11,7 @@ deterministic default derived from the request digest (see `engine.default_step`
 from __future__ import annotations
 
 import json
+import re
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -114,15 +115,33 @@ class FaultSpec(_Strict):
         return 30.0 if self.kind == "timeout" else 0.25
 
 
-class PolicySettings(_Strict):
-    """How policy mode builds its model: seeded init (default: the server seed) and dtype."""
+#: `PolicySettings.device`: torch device strings the tiny policy may be built on.
+DEVICE_PATTERN = re.compile(r"cpu|cuda(:[0-9]{1,3})?")
+#: MoE shape caps, the envelope the pipeline reads routes in (`harness.pipeline.ingest.MAX_ROUTE_ELEMENTS`:
+#: 128 layers x top-16); experts stay below 128 so a route id fits int8. Larger shapes would make
+#: every answer's routes (tokens x layers x top_k) or the policy's weights a memory bomb.
+MAX_LAYERS = 128
+MAX_EXPERTS = 127
+MAX_TOP_K = 16
 
-    seed: int | None = Field(default=None, ge=0)
+
+class PolicySettings(_Strict):
+    """How policy mode builds its model: seeded init (default: the server seed), dtype and device."""
+
+    seed: int | None = Field(default=None, ge=0, lt=2**63)
     dtype: Literal["float32", "float64"] = "float64"
+    #: "cpu", "cuda" or "cuda:N" (whether that GPU exists is checked when a server starts: `compactsim serve`)
     device: str = "cpu"
     #: sampled reasoning/text byte lengths when no script step applies
     default_reasoning_bytes: int = Field(default=8, ge=0, le=4096)
     default_text_bytes: int = Field(default=16, ge=1, le=4096)
+
+    @field_validator("device")
+    @classmethod
+    def _device(cls, v: str) -> str:
+        if not DEVICE_PATTERN.fullmatch(v):
+            raise ValueError(f"device={v!r}: expected cpu, cuda or cuda:N")
+        return v
 
 
 class Limits(_Strict):
@@ -157,9 +176,9 @@ class ServerSettings(_Strict):
     policy: PolicySettings = PolicySettings()
     limits: Limits = Limits()
     #: MoE shape reported in scripted mode (policy mode uses the policy's config)
-    num_layers: int = Field(default=2, ge=1)
-    num_experts: int = Field(default=4, ge=1, le=127)
-    top_k: int = Field(default=2, ge=1)
+    num_layers: int = Field(default=2, ge=1, le=MAX_LAYERS)
+    num_experts: int = Field(default=4, ge=1, le=MAX_EXPERTS)
+    top_k: int = Field(default=2, ge=1, le=MAX_TOP_K)
     return_routed_experts: bool = True
     #: append every request-log entry as one JSON line here (None: in memory only)
     request_log_path: str | None = None
@@ -179,7 +198,11 @@ class ServerSettings(_Strict):
 
 
 __all__ = [
+    "DEVICE_PATTERN",
     "FAULT_KINDS",
+    "MAX_EXPERTS",
+    "MAX_LAYERS",
+    "MAX_TOP_K",
     "TRANSPORT_FAULTS",
     "FaultKind",
     "FaultSpec",

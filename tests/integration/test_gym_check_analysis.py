@@ -124,7 +124,7 @@ def test_load_payloads_rejects_invalid_json_with_its_location(tmp_path: Path) ->
     with pytest.raises(ConfigError) as info:
         load_payloads([tmp_path / "bad.json"])
     assert info.value.code == "invalid_argument"
-    assert "bad.json: invalid JSON" in str(info.value)
+    assert "bad.json:1:2: field $: not valid JSON" in str(info.value)
 
 
 def test_flavours_are_named_like_the_pipeline_names_them() -> None:

@@ -73,3 +73,20 @@ def test_omitted_optional_field_is_a_note_and_under_strict_a_finding(exported, t
     assert findings and all("trace_index is absent from the dump for the row; --strict requires every optional "
                             "field" in ln for ln in findings)
     assert "not checked" not in strict.stderr
+
+
+def test_a_finding_with_a_surrogate_trace_id_prints_it_escaped(exported, tmp_path: Path):
+    """A dump's ids are user input: a lone surrogate is printed as a backslash escape (valid UTF-8), not a crash."""
+    golden, rows = exported
+    seen = []
+
+    def edit(line: dict) -> dict:
+        if line.get("physical_trace_id") and not seen:
+            seen.append(line["physical_trace_id"])
+            return {**line, "physical_trace_id": "x\ud800"}
+        return line
+
+    result = runner.invoke(app, ["verify", str(golden), str(_rewrite(rows, tmp_path / "rows.jsonl", edit))])
+    assert result.exit_code == 1, result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
+    assert "x\\ud800" in result.stdout_bytes.decode("utf-8")

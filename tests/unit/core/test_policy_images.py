@@ -52,3 +52,64 @@ def test_decode_data_url_enforces_byte_and_pixel_caps():
     with pytest.raises(ContractError) as err:
         decode_data_url(url, max_bytes=10)
     assert "the cap is 10" in str(err.value)
+
+
+def _png_header_url(width: int, height: int) -> str:
+    """A tiny PNG whose IHDR declares width x height (a decompression bomb: the pixels are never there)."""
+    import base64
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    ihdr = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    raw = b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(b"\x00")) + chunk(b"IEND", b"")
+    return "data:image/png;base64," + base64.b64encode(raw).decode("ascii")
+
+
+@pytest.mark.parametrize("side", [20_000, 100_000])
+def test_header_declaring_a_bomb_is_media_decode_not_pillows_error(side):
+    # Pillow refuses > 2 x its own limit on the header with DecompressionBombError, before our cap check
+    with pytest.raises(ContractError) as err:
+        decode_data_url(_png_header_url(side, side))
+    assert err.value.code == "media_decode"
+    assert err.value.detail.startswith(f"image header declares a size refused as a decompression bomb (Image size "
+                                       f"({side * side} pixels) exceeds limit of")
+    assert err.value.detail.endswith("; the cap is 16777216 pixels")
+
+
+def test_header_in_pillows_warning_band_is_refused_by_the_cap_even_when_warnings_are_errors():
+    url = _png_header_url(10_000, 10_000)  # 1e8 pixels: Pillow only warns (DecompressionBombWarning)
+    with pytest.warns(Warning), pytest.raises(ContractError) as err:
+        decode_data_url(url)
+    assert err.value.detail == "image is 10000x10000 = 100000000 pixels; the cap is 16777216"
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # as under `python -W error`: the warning is raised, still typed
+        with pytest.raises(ContractError) as err:
+            decode_data_url(url)
+    assert err.value.code == "media_decode" and "decompression bomb" in err.value.detail
+
+
+def test_header_over_the_cap_is_refused_before_decoding():
+    with pytest.raises(ContractError) as err:
+        decode_data_url(_png_header_url(5000, 5000))
+    assert err.value.detail == "image is 5000x5000 = 25000000 pixels; the cap is 16777216"
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        b"%!PS-Adobe-3.0 EPSF-3.0\n%%BoundingBox: 0 0 10 10\n",  # EPS would run Ghostscript
+        b"8BPS\x00\x01" + b"\x00" * 20,  # PSD
+        b"\x00\x00\x01\x00\x01\x00" + b"\x00" * 16,  # ICO
+    ],
+)
+def test_formats_outside_the_raster_allowlist_are_not_decoded(payload):
+    import base64
+
+    with pytest.raises(ContractError) as err:
+        decode_data_url("data:image/png;base64," + base64.b64encode(payload).decode("ascii"))
+    assert err.value.detail == "image bytes do not decode as any supported format (PNG, JPEG, GIF, WEBP, BMP, TIFF)"

@@ -8,14 +8,17 @@ from pathlib import Path
 import pytest
 
 from compactsim.harness.core.errors import ConfigError
+from compactsim.harness.core.json_input import InputError
 from compactsim.harness.golden.export import write_golden
 from compactsim.harness.golden.manifest import (
     FORMAT_VERSION,
     MANIFEST,
+    GoldenFiles,
     Manifest,
     ScenarioEntry,
     build_manifest,
     check_files,
+    check_relative_path,
     file_schema,
     read_manifest,
 )
@@ -119,3 +122,54 @@ def test_write_golden_refuses_a_non_empty_directory_that_is_not_a_golden_one(tmp
     with pytest.raises(ConfigError, match="non-empty directory without a golden manifest.json"):
         write_golden(tmp_path, files(), manifest())
     assert (tmp_path / "mine.txt").read_text() == "keep me"
+
+
+@pytest.mark.parametrize("path", ["scenarios/toy/rows/step-0000.jsonl", "scenarios/a_b-1/payloads/step-0000/group-0.jsonl"])
+def test_check_relative_path_accepts_what_export_writes(path: str):
+    assert check_relative_path(path, "m.json", "files[0].path") == path
+
+
+@pytest.mark.parametrize("path", ["/etc/passwd", "../x", "a/../b", "./a", "a//b", "a/", "", ".hidden", "a\\b", "C:x",
+                                  "x\ud800", "a b", 5, None])
+def test_check_relative_path_refuses_anything_that_could_leave_the_directory(path: object):
+    with pytest.raises(InputError) as info:
+        check_relative_path(path, "m.json", "files[0].path")
+    assert info.value.field == "files[0].path" and "is not a relative path" in info.value.problem
+
+
+@pytest.mark.parametrize(("field", "edit"), [
+    ("files[0].path", lambda d: d["files"][0].update(path="../outside.json")),
+    ("files[1].path", lambda d: d["files"][1].update(path=d["files"][0]["path"])),
+    ("scenarios[0].name", lambda d: d["scenarios"][0].update(name="../toy")),
+    ("scenarios[1].name", lambda d: d["scenarios"][1].update(name="toy", directory="scenarios/toy")),
+    ("scenarios[0].directory", lambda d: d["scenarios"][0].update(directory="scenarios/two")),
+])
+def test_read_manifest_refuses_names_and_paths_the_reader_could_not_safely_join(tmp_path: Path, field: str, edit):
+    data = manifest().to_json()
+    edit(data)
+    (tmp_path / MANIFEST).write_text(json.dumps(data))
+    with pytest.raises(InputError) as info:
+        read_manifest(tmp_path)
+    assert info.value.field == field and info.value.source == str(tmp_path / MANIFEST)
+
+
+def test_golden_files_reads_only_listed_unchanged_regular_files_inside_the_directory(tmp_path: Path):
+    out = tmp_path / "g"
+    write_golden(out, files(), manifest())
+    reader = GoldenFiles(out, read_manifest(out))
+    assert reader.read_bytes("scenarios/toy/scenario.json") == b"abc"
+    (out / "scenarios/toy/extra.json").write_text("{}")
+    with pytest.raises(InputError, match="not listed in manifest.json files"):
+        reader.read_bytes("scenarios/toy/extra.json")
+    (out / "scenarios/toy/scenario.json").write_bytes(b"abcd")
+    with pytest.raises(InputError, match="4 bytes differ from the manifest's 3 bytes"):
+        reader.read_bytes("scenarios/toy/scenario.json")
+    (tmp_path / "outside.json").write_bytes(b"abc")
+    (out / "scenarios/toy/scenario.json").unlink()
+    (out / "scenarios/toy/scenario.json").symlink_to(tmp_path / "outside.json")
+    with pytest.raises(InputError, match="symlink leading outside the golden directory"):
+        reader.read_bytes("scenarios/toy/scenario.json")
+    (out / "scenarios/toy/scenario.json").unlink()
+    (out / "scenarios/toy/scenario.json").mkdir()
+    with pytest.raises(InputError, match="is not a regular file"):
+        reader.read_bytes("scenarios/toy/scenario.json")

@@ -202,3 +202,92 @@ def test_metrics_line_keeps_numbers_and_spells_non_finite_values():
 
 def test_format_dump_writes_one_compact_line_per_object():
     assert format_dump([{"a": 1}, {"b": [1, 2]}]) == '{"a":1}\n{"b":[1,2]}\n'
+
+
+# ------------------------------------------------------------------------------ strict integers (red team)
+
+@pytest.mark.parametrize(("line", "field", "problem_text"), [
+    ('"input_ids": [99999999999999999999, 6, 7, 8]', "input_ids[0]",
+     "expected an integer in [0, 2147483648), got 99999999999999999999"),
+    ('"input_ids": [5, 1e300, 7, 8]', "input_ids[1]",
+     "expected an integer in [0, 2147483648), got 1e+300"),
+    ('"input_ids": [5, 6, 7.5, 8]', "input_ids[2]", "7.5 is not of type 'integer'"),
+    ('"input_ids": [5, 6, 7, 2147483648]', "input_ids[3]", "expected an integer in [0, 2147483648), got 2147483648"),
+    ('"token_mask": [0, 0, 0.5, 1]', "token_mask[2]", "0.5 is not one of [0, 1]"),
+    ('"token_mask": [0, 0, true, 1]', "token_mask[2]", "True is not one of [0, 1]"),
+    ('"step": 99999999999999999999', "step", "expected an integer in [0, 2147483648), got 99999999999999999999"),
+    ('"step": 0.5', "step", "0.5 is not of type 'integer'"),
+    ('"parent_index": 1e300', "parent_index", "expected an integer in [-1, 2147483648), got 1e+300"),
+    ('"trace_index": 99999999999999999999', "trace_index",
+     "expected an integer in [-1, 2147483648), got 99999999999999999999"),
+    ('"generation_policy_version": -5', "generation_policy_version", "expected an integer in [0, 2147483648), got -5"),
+    ('"generation_policy_version": 2.5', "generation_policy_version",
+     "2.5 is not of type 'integer', 'null'"),
+    ('"routed_experts_sentinel_positions": [3.5]', "routed_experts_sentinel_positions[0]",
+     "3.5 is not of type 'integer'"),
+    ('"routed_experts_sentinel_positions": [99999999999999999999]', "routed_experts_sentinel_positions[0]",
+     "expected an integer in [0, 2147483648), got 99999999999999999999"),
+])
+def test_rows_dump_integer_fields_are_strict_ints_within_int32(line, field, problem_text):
+    # 20-digit ids overflowed int64 (OverflowError) and 1e300 passed JSON Schema's "integer";
+    # fractions are the schema's to refuse, integral floats (2.0) read as integers
+    obj = row()
+    key = line.split(":", 1)[0].strip('"')
+    obj.pop(key, None)
+    raw = json.dumps(obj)[:-1] + ", " + line + "}"
+    err = problem(raw)
+    assert (err.line, err.field, err.problem) == (1, field, problem_text)
+
+
+@pytest.mark.parametrize(("spans", "field", "problem_text"), [
+    ([[0.5, 2]], "mask_spans[0][0]", "0.5 is not of type 'integer'"),
+    ([[1, 2], [3, 1e300]], "mask_spans[1][1]", "expected an integer in [0, 2147483648), got 1e+300"),
+    ([[0, 99999999999999999999]], "mask_spans[0][1]",
+     "expected an integer in [0, 2147483648), got 99999999999999999999"),
+])
+def test_rows_dump_mask_spans_are_strict_ints(spans, field, problem_text):
+    # [[0.5, 2]] used to end in "TypeError: slice indices must be integers"
+    err = problem(json.dumps(row(token_mask=...))[:-1] + ', "mask_spans": ' + json.dumps(spans) + "}")
+    assert (err.line, err.field, err.problem) == (1, field, problem_text)
+
+
+def test_rows_dump_error_line_turn_and_step_are_strict_ints():
+    refusal = {"scenario": "s", "step": 0, "error": {"code": "incomplete_group", "turn_id": -3}}
+    err = problem(refusal)
+    assert (err.field, err.problem) == ("error.turn_id", "expected an integer in [1, 2147483648), got -3")
+    err = problem({"scenario": "s", "step": 1.5, "error": {"code": "incomplete_group"}})
+    assert (err.field, err.problem) == ("step", "1.5 is not of type 'integer'")
+
+
+def test_metrics_dump_step_is_a_strict_int():
+    with pytest.raises(RowsDumpError) as info:
+        parse_metrics_dump('{"scenario": "s", "step": 2.5, "metrics": {"loss": 0.5}}\n', source="m.jsonl")
+    assert (info.value.line, info.value.field) == (1, "step")
+
+
+@pytest.mark.parametrize("char", ["\u2028", "\u2029", "\u0085"])
+def test_rows_dump_keeps_unicode_line_separators_inside_strings(char, tmp_path: Path):
+    # str.splitlines() broke the line inside the message: "Unterminated string"
+    refusal = {"scenario": "s", "step": 0, "error": {"code": "incomplete_group", "message": "a" + char + "b"}}
+    path = tmp_path / "rows.jsonl"
+    path.write_text(json.dumps(row(), ensure_ascii=False) + "\r\n" + json.dumps({**refusal, "scenario": "t"},
+                                                                                 ensure_ascii=False) + "\n",
+                    encoding="utf-8")
+    dump = read_rows_dump(path)
+    assert len(dump.rows) == 1
+    (e,) = dump.errors
+    assert (e.line, e.message) == (2, "a" + char + "b")
+    metrics = parse_metrics_dump(json.dumps({"scenario": "s" + char, "step": 0, "metrics": {"x": 1}},
+                                            ensure_ascii=False) + "\n")
+    assert metrics.get("s" + char, 0) == {"x": 1.0}
+
+
+def test_integral_floats_read_as_the_integers_json_schema_says_they_are():
+    """A trainer dumping `mask.float().tolist()` writes 1.0: the schema's "integer" admits it, and so does the parser."""
+    as_ints = row()
+    as_floats = {**as_ints, "step": float(as_ints["step"]), "input_ids": [float(i) for i in as_ints["input_ids"]],
+                 "parent_index": float(as_ints["parent_index"])}
+    a = parse_rows_dump(json.dumps(as_ints) + "\n", source="a.jsonl").rows[0]
+    b = parse_rows_dump(json.dumps(as_floats) + "\n", source="b.jsonl").rows[0]
+    assert (b.step, b.parent_index, b.input_ids.tolist()) == (a.step, a.parent_index, a.input_ids.tolist())
+    assert type(b.step) is int and b.input_ids.dtype == a.input_ids.dtype

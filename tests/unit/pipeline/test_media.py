@@ -60,3 +60,22 @@ def test_opaque_ids_make_no_claim_about_their_dimensions():
     ev = _evidence(screen=_asset("screen", 3, 2, (1, 1)))
     (pixels,) = MediaResolver().resolve(ev, ["screen"])
     assert tuple(pixels.shape) == (3, 2, 3)
+
+
+def test_decompression_bomb_header_is_media_decode_naming_the_media_id():
+    import base64
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    png = (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", 20_000, 20_000, 8, 2, 0, 0, 0))
+           + chunk(b"IDAT", zlib.compress(b"\x00")) + chunk(b"IEND", b""))
+    url = "data:image/png;base64," + base64.b64encode(png).decode("ascii")
+    ev = _evidence(**{A: MediaAsset(A, None, {"type": "input_image", "image_url": url})})
+    with pytest.raises(ContractError) as info:
+        MediaResolver().resolve(ev, [A], turn_id=2)
+    err = info.value
+    assert (err.code, err.rollout_id, err.turn_id) == ("media_decode", "r0", 2)
+    assert err.detail.startswith(f"media id '{A}': image header declares a size refused as a decompression bomb")

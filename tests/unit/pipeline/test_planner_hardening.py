@@ -56,11 +56,92 @@ def test_positive_logprob_with_a_resealed_digest_is_logprob_out_of_range(example
         plan_rollout(bad)
 
 
-def test_huge_positive_integer_logprob_is_out_of_range_not_an_overflow(example_transport):
+def test_huge_positive_integer_logprob_is_malformed_not_an_inexact_float(example_transport):
+    # an integer beyond +-2**53 is not an exact float: refused by the integer bound (it used to slip
+    # through the float branch of the union as 1.15e18 and only then hit the sign check)
     bad = copy.deepcopy(example_transport)
     bad["output"][6]["generation_log_probs"][0] = 2**60
     _reseal(bad, 2)
+    assert _refusal(bad) == ("malformed_payload", "rollout-demo-0", 3)
+    with pytest.raises(ContractError) as info:
+        plan_rollout(bad)
+    assert info.value.detail == (
+        "response.output[6].generation_log_probs[0]: Input should be less than or equal to 9007199254740992"
+    )
+
+
+def test_huge_positive_float_logprob_is_still_out_of_range(example_transport):
+    bad = copy.deepcopy(example_transport)
+    bad["output"][6]["generation_log_probs"][0] = 1e30  # finite in float32: the planner's sign rule answers
+    _reseal(bad, 2)
     assert _refusal(bad) == ("logprob_out_of_range", "rollout-demo-0", 3)
+
+
+def test_twenty_digit_negative_integer_logprob_is_malformed_and_names_field_rollout_turn(example_transport):
+    bad = copy.deepcopy(example_transport)
+    bad["output"][6]["generation_log_probs"][0] = -99999999999999999999
+    _reseal(bad, 2)
+    assert _refusal(bad) == ("malformed_payload", "rollout-demo-0", 3)
+    with pytest.raises(ContractError) as info:
+        plan_rollout(bad)
+    assert info.value.detail == (
+        "response.output[6].generation_log_probs[0]: Input should be greater than or equal to -9007199254740992"
+    )
+
+
+@pytest.mark.parametrize("value", [-1e308, -3.5e38, 1e300])
+def test_logprob_beyond_float32_is_malformed_at_validation_with_the_turn(value, example_transport):
+    # finite in float64 but -inf/inf once the batch is float32: refused here, naming field, rollout and turn
+    bad = copy.deepcopy(example_transport)
+    bad["output"][6]["generation_log_probs"][0] = value
+    _reseal(bad, 2)
+    assert _refusal(bad) == ("malformed_payload", "rollout-demo-0", 3)
+    with pytest.raises(ContractError) as info:
+        plan_rollout(bad)
+    assert info.value.detail == (
+        f"response.output[6].generation_log_probs[0]: Input should be within float32's finite range "
+        f"(|x| <= 3.4028234663852886e+38), got {value!r}"
+    )
+
+
+def test_logprob_at_the_float32_edge_and_integer_logprobs_are_unchanged(example_transport):
+    from compactsim.harness.core.contract import FLOAT32_MAX, TokenFields
+
+    base = {"prompt_token_ids": [1], "generation_token_ids": [2, 3, 4, 5]}
+    fields = TokenFields.model_validate({**base, "generation_log_probs": [-FLOAT32_MAX, -1, -0.5, 0]})
+    assert fields.generation_log_probs == [-FLOAT32_MAX, -1, -0.5, 0]
+    assert [type(v) for v in fields.generation_log_probs] == [float, int, float, int]  # digests hash what was sent
+    assert plan_rollout(copy.deepcopy(example_transport)).trainable
+
+
+@pytest.mark.parametrize(
+    ("label", "message"),
+    [
+        (99999999999999999999, "trainer_policy_version: Input should be less than 2147483648"),
+        (2**31, "trainer_policy_version: Input should be less than 2147483648"),
+        (-5, "trainer_policy_version: Input should be greater than or equal to 0"),
+        ("3", "trainer_policy_version: Input should be a valid integer"),
+        (True, "trainer_policy_version: Input should be a valid integer"),
+        (1.0, "trainer_policy_version: Input should be a valid integer"),
+    ],
+)
+def test_trainer_policy_version_label_is_a_non_negative_int32(label, message, example_transport):
+    # it used to be ignored when not an int, and a 20-digit one overflowed the materializer's int64 tensor
+    result = {**run_result(example_transport), "trainer_policy_version": label}
+    with pytest.raises(ContractError) as info:
+        plan_rollout(result)
+    err = info.value
+    assert (err.code, err.rollout_id, err.detail) == ("malformed_payload", "rollout-demo-0", message)
+
+
+def test_trainer_policy_version_label_fills_calls_without_a_version(example_transport):
+    from compactsim.harness.pipeline.ingest import normalize_result
+
+    for label in (0, 7, 2**31 - 1):
+        evidence = normalize_result({**run_result(example_transport), "trainer_policy_version": label})
+        assert {c.policy_version for c in evidence.calls} == {label}
+    evidence = normalize_result({**run_result(example_transport), "trainer_policy_version": None})
+    assert {c.policy_version for c in evidence.calls} == {None}
 
 
 def test_zero_logprob_is_a_valid_certain_token():

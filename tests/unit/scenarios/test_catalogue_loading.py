@@ -58,7 +58,7 @@ def _write(tmp_path: Path, name: str, text: str) -> Path:
          ["script.generate.colour: Extra inputs are not permitted"]),
         ("scenarios:\n  - name: x\n    purpose: p\n    rollouts: [{index: 0, compaction: bogus}]\n",
          ["rollouts[0].compaction: Value error, policy preset 'bogus'"]),
-        ("scenarios: [1, 2\n", ["bad.yaml: not valid YAML"]),
+        ("scenarios: [1, 2\n", ["bad.yaml:2:1: not valid YAML"]),
         ("- name: x\n", ["bad.yaml: expected a mapping with one key 'scenarios' holding a list"]),
     ],
 )
@@ -78,7 +78,7 @@ def test_duplicate_names_across_files_and_empty_directories_are_refused(tmp_path
         load_catalogue(tmp_path)
     with pytest.raises(ConfigError, match="no \\*.yaml scenario files"):
         load_catalogue(tmp_path / "missing")
-    with pytest.raises(ConfigError, match="cannot read"):
+    with pytest.raises(ConfigError, match="nope.yaml: file not found"):
         load_file(tmp_path / "nope.yaml")
 
 

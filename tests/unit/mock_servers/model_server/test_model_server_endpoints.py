@@ -251,3 +251,15 @@ def test_drift_setting_renders_prompts_with_that_drift():
     with client_for(ServerSettings(drift="merge")) as c:
         ids = c.post("/v1/chat/completions", json=chat_body([{"role": "system", "content": "s"}, {"role": "user", "content": "u"}])).json()["prompt_token_ids"]
     assert tok.TURN_SEP in ids and tok.TURN_END not in ids
+
+
+def test_an_unwritable_request_log_is_refused_when_the_app_is_built(tmp_path):
+    """Not a 500 on every request: the log file is opened once when the server is built."""
+    from compactsim.harness.core.errors import ConfigError
+    from compactsim.mock_servers.model_server import create_app
+
+    with pytest.raises(ConfigError, match="request_log_path .*: cannot append to it: Not a directory"):
+        (tmp_path / "afile").write_text("x")
+        create_app(ServerSettings(request_log_path=str(tmp_path / "afile" / "log.jsonl")))
+    create_app(ServerSettings(request_log_path=str(tmp_path / "log.jsonl")))
+    assert (tmp_path / "log.jsonl").read_text() == ""  # created empty, appended to per request

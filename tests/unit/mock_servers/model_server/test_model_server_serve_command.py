@@ -48,7 +48,10 @@ def test_serve_binds_loopback_only_and_rejects_unknown_modes():
 _PROBE = """
 import sys
 import uvicorn
-uvicorn.run = lambda app, **kw: print("served", type(app).__name__, kw["host"])
+def fake_run(self, sockets=None):  # the command binds its own socket and hands it to uvicorn.Server.run
+    self.started = True
+    print("served", type(self.config.app).__name__, sockets[0].getsockname()[0])
+uvicorn.Server.run = fake_run
 from compactsim.harness.cli import app
 try:
     app(["serve", "--mode", sys.argv[1], "--port", "0"])
@@ -68,3 +71,105 @@ def test_only_policy_mode_loads_torch_and_sets_its_determinism(mode: str, torch_
     out = subprocess.run([sys.executable, "-c", _PROBE, mode], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.splitlines()[-3:] == ["served FastAPI 127.0.0.1", "exit 0", torch_line]
+
+
+# ---------------------------------------------------------------------------------------------- bad input: exit 2
+
+
+@pytest.fixture
+def no_serving(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """uvicorn never serves: a command that gets that far records the port it was handed and returns."""
+    import uvicorn
+
+    ports: list[int] = []
+
+    def fake_run(self, sockets=None):
+        ports.append(sockets[0].getsockname()[1])
+        self.started = True
+
+    monkeypatch.setattr(uvicorn.Server, "run", fake_run)
+    monkeypatch.setattr(uvicorn, "run", lambda *a, **k: ports.append(-1))
+    return ports
+
+
+def _serve(*args: str):
+    from compactsim.harness.cli import app
+
+    return CliRunner().invoke(app, ["serve", *args])
+
+
+@pytest.mark.parametrize("port", ["70000", "-1", "99999999999999999999"])
+def test_a_port_outside_0_to_65535_exits_2(no_serving, port: str):
+    result = _serve("--port", port)
+    assert result.exit_code == 2, result.output
+    assert "Invalid value for '--port'" in result.output
+    assert no_serving == []
+
+
+def test_a_port_in_use_exits_2_with_one_line(no_serving):
+    import socket
+
+    with socket.socket() as busy:
+        busy.bind((HOST, 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        result = _serve("--port", str(port))
+    assert result.exit_code == 2, result.output
+    assert result.output == f"error: invalid_argument: --port {port}: cannot listen on {HOST}:{port}: Address already in use\n"
+    assert no_serving == []
+
+
+def test_port_0_prints_the_port_it_bound(no_serving):
+    result = _serve("--port", "0")
+    assert result.exit_code == 0, result.output
+    assert no_serving and no_serving[0] > 0
+    assert f"compactsim mock model server: mode=scripted seed=0 on http://{HOST}:{no_serving[0]}\n" == result.output
+
+
+@pytest.mark.parametrize(
+    ("content", "extra", "message"),
+    [
+        ("policy: 5\n", ["--dtype", "float32"], "- policy: Input should be a valid dictionary"),
+        ("[]", [], "expected a mapping of ServerSettings fields, got a list"),
+        ('{"num_layers": 99999999999999999999}', [], "- num_layers: Input should be less than or equal to 128"),
+        ('{"num_layers": 100000000, "top_k": 1}', [], "- num_layers: Input should be less than or equal to 128"),
+        ('{"top_k": 17, "num_experts": 64}', [], "- top_k: Input should be less than or equal to 16"),
+        ('{"policy": {"device": "banana"}}', ["--mode", "policy"], "- policy.device: Value error, device='banana': "
+                                                                     "expected cpu, cuda or cuda:N"),
+        ('{"request_log_path": "/proc/nope/x.jsonl"}', [], "error: invalid_config: request_log_path "
+                                                            "'/proc/nope/x.jsonl': cannot append to it: "
+                                                            "No such file or directory"),
+        ('{"request_log_path": "."}', [], "cannot append to it: Is a directory"),
+    ],
+)
+def test_bad_settings_exit_2_naming_the_field(tmp_path, no_serving, content: str, extra: list[str], message: str):
+    path = tmp_path / ("s.yaml" if content.startswith("policy") else "s.json")
+    path.write_text(content)
+    result = _serve("--settings", str(path), "--port", "0", *extra)
+    assert result.exit_code == 2, result.output
+    assert message in result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
+    assert no_serving == []
+
+
+def test_a_cuda_policy_device_needs_that_gpu(tmp_path, no_serving):
+    path = tmp_path / "s.json"
+    path.write_text('{"policy": {"device": "cuda:999"}}')
+    result = _serve("--settings", str(path), "--port", "0", "--mode", "policy")
+    assert result.exit_code == 2, result.output
+    assert result.output.startswith("error: invalid_config: policy.device='cuda:999': ")
+    assert no_serving == []
+
+
+@pytest.mark.parametrize(("device", "ok"), [("cpu", True), ("cuda", True), ("cuda:1", True), ("CUDA", False),
+                                            ("cuda:", False), ("mps", False), ("cpu ", False)])
+def test_policy_device_is_cpu_cuda_or_cuda_n(device: str, ok: bool):
+    from pydantic import ValidationError
+
+    from compactsim.mock_servers.model_server.settings import PolicySettings
+
+    if ok:
+        assert PolicySettings(device=device).device == device
+    else:
+        with pytest.raises(ValidationError, match="expected cpu, cuda or cuda:N"):
+            PolicySettings(device=device)
