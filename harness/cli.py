@@ -13,6 +13,7 @@ from typing import Annotated, Any
 
 import typer
 
+from compactsim.harness.commands.usage_errors import use_json_usage_errors
 from compactsim.harness.core.gc_passes import use_fewer_gc_passes
 
 
@@ -112,6 +113,7 @@ def _register_all() -> None:
                 continue
             raise
         module.register(app)
+    use_json_usage_errors(app)
 
 
 _register_all()

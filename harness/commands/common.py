@@ -11,7 +11,7 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape as rich_escape
 
-from compactsim.harness.core.errors import CompactsimError, ContractError
+from compactsim.harness.core.errors import CompactsimError, ConfigError, ContractError
 from compactsim.harness.core.json_input import InputError, load_json_documents
 
 
@@ -72,9 +72,57 @@ def print_json(value: Any) -> None:
     sys.stdout.flush()
 
 
+def describe_range(minimum: int | float | None, maximum: int | float | None) -> str | None:
+    """A numeric option's bounds in `--help`'s notation (``1<=x<=16``, ``x>=1``), None for none."""
+    if minimum is None and maximum is None:
+        return None
+    if minimum is None:
+        return f"x<={maximum}"
+    if maximum is None:
+        return f"x>={minimum}"
+    return f"{minimum}<=x<={maximum}"
+
+
+class OptionError(ConfigError):
+    """A command-line option or argument the parser refused: outside its range, not a number, unknown, missing.
+
+    Only `--json` runs turn Typer's usage errors into this (`compactsim.harness.cli`); without
+    `--json` Typer prints its own usage message. Its JSON keeps the keys of a malformed input file's
+    (`InputError.to_json`: `file`, `line`, `column` are null, `field` is the option) and adds
+    `option`, `value` (as typed; a list for a repeated option; null when none was given), `min`,
+    `max` and `allowed` (the range as `--help` shows it, e.g. ``0<=x<=9223372036854775807``).
+    """
+
+    def __init__(self, message: str, *, option: str | None = None, value: Any = None,
+                 minimum: int | float | None = None, maximum: int | float | None = None) -> None:
+        super().__init__("invalid_argument", message)
+        self.option = option
+        self.value = value
+        self.minimum = minimum
+        self.maximum = maximum
+
+    @property
+    def allowed(self) -> str | None:
+        """The range in `--help`'s notation, None for an option without bounds."""
+        return describe_range(self.minimum, self.maximum)
+
+    def __reduce__(self):  # type: ignore[override]
+        return (_rebuild_option_error, (self.detail, self.option, self.value, self.minimum, self.maximum))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"error_code": self.code, "file": None, "line": None, "column": None, "field": self.option,
+                "option": self.option, "value": self.value, "min": self.minimum, "max": self.maximum,
+                "allowed": self.allowed, "message": self.detail}
+
+
+def _rebuild_option_error(message: str, option: str | None, value: Any, minimum: int | float | None,
+                          maximum: int | float | None) -> OptionError:
+    return OptionError(message, option=option, value=value, minimum=minimum, maximum=maximum)
+
+
 def report_error(exc: CompactsimError, *, as_json: bool) -> ExitCode:
     """Print a compactsim error for a person (stderr, red) or a machine (stdout JSON)."""
-    if as_json and isinstance(exc, (ContractError, InputError)):
+    if as_json and isinstance(exc, (ContractError, InputError, OptionError)):
         print_json(exc.to_json())
     elif as_json:
         print_json({"error_code": getattr(exc, "code", "error"), "message": str(exc)})

@@ -11,6 +11,10 @@ import base64
 import binascii
 import io
 import struct
+import threading
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from compactsim.harness.core.errors import ContractError
 
@@ -56,13 +60,44 @@ _DECODE_ERRORS: tuple[type[BaseException], ...] = (
 )
 
 
+#: `warnings.catch_warnings` swaps the process-wide filter list and puts the old one back on exit;
+#: two threads decoding at once could restore each other's list. One at a time, only while Pillow
+#: reads a header (or, above Pillow's own limit, decodes).
+_PILLOW_WARNINGS_LOCK = threading.Lock()
+
+
+@contextmanager
+def _without_pillow_bomb_warning() -> Iterator[None]:
+    """Pillow's `DecompressionBombWarning` silenced in this block: compactsim's pixel cap decides instead.
+
+    Pillow warns (stderr) when a header declares more than `Image.MAX_IMAGE_PIXELS` (~89 M) pixels
+    and raises `DecompressionBombError` above twice that; `Image.open` checks before returning, so
+    our cap, read from the opened image, comes too late to keep the warning away. The global
+    `Image.MAX_IMAGE_PIXELS` stays as it is (other code may rely on it); only the warning filter is
+    changed, for this block.
+    """
+    from PIL import Image
+
+    with _PILLOW_WARNINGS_LOCK, warnings.catch_warnings():
+        warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+        yield
+
+
+def _above_pillows_warning_limit(pixels: int) -> bool:
+    from PIL import Image
+
+    return Image.MAX_IMAGE_PIXELS is not None and pixels > Image.MAX_IMAGE_PIXELS
+
+
 def decode_data_url(url: str, *, max_bytes: int = MAX_IMAGE_BYTES, max_pixels: int = MAX_IMAGE_PIXELS, dtype=None):
     """Pixels of an inline image as a `torch.Tensor` [3, H, W] (RGB, values in [0, 1], `dtype` default float32).
 
     Raises `ContractError("media_decode")` for anything that is not a decodable image within the caps.
-    The pixel cap is checked on the header's declared size, before any pixel is decoded; Pillow's
-    own decompression-bomb guard (which fires on the header too, for sizes far above the default
-    cap) is reported the same way rather than escaping as Pillow's exception.
+    The pixel cap is checked on the header's declared size, before any pixel is decoded, and it is
+    what decides: Pillow's `DecompressionBombWarning` (headers over ~89 M pixels) is never printed,
+    such an image gets the cap's error (or decodes, if the cap allows it). Pillow's
+    `DecompressionBombError` (over twice its limit, ~179 M pixels, refused whatever the cap) is
+    reported the same way rather than escaping as Pillow's exception.
     """
     import numpy as np
     import torch
@@ -74,12 +109,18 @@ def decode_data_url(url: str, *, max_bytes: int = MAX_IMAGE_BYTES, max_pixels: i
     if len(raw) > max_bytes:
         raise ContractError("media_decode", detail=f"image is {len(raw)} bytes; the cap is {max_bytes}")
     try:
-        with Image.open(io.BytesIO(raw), formats=IMAGE_FORMATS) as im:
+        with _without_pillow_bomb_warning():  # reads the header only: Pillow decodes lazily
+            im = Image.open(io.BytesIO(raw), formats=IMAGE_FORMATS)
+        with im:
             w, h = im.size
             if w * h > max_pixels:
                 raise ContractError("media_decode", detail=f"image is {w}x{h} = {w * h} pixels; the cap is {max_pixels}")
-            rgb = np.asarray(im.convert("RGB"), dtype=np.uint8)  # (H, W, 3)
-    except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:  # the warning, if made an error
+            if _above_pillows_warning_limit(w * h):  # a cap above Pillow's: its load-time checks would warn
+                with _without_pillow_bomb_warning():
+                    rgb = np.asarray(im.convert("RGB"), dtype=np.uint8)
+            else:
+                rgb = np.asarray(im.convert("RGB"), dtype=np.uint8)  # (H, W, 3)
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:  # the error; the warning is silenced
         raise ContractError("media_decode", detail=f"image header declares a size refused as a decompression bomb "
                                                    f"({exc}); the cap is {max_pixels} pixels") from None
     except UnidentifiedImageError:  # Pillow's message names the BytesIO's address: not deterministic

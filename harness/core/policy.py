@@ -29,6 +29,7 @@ from __future__ import annotations
 import io
 import math
 import os
+import sys
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -39,6 +40,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from compactsim.harness.core import tokenizer as tok
+from compactsim.harness.core.allocator import keep_freed_memory
 from compactsim.harness.core.errors import ConfigError
 from compactsim.harness.core.seeds import check_seed, torch_generator
 
@@ -125,11 +127,29 @@ class _DecodePlan:
 def configure_determinism(num_threads: int = 1) -> None:
     """Process-wide torch settings for bit-stable results (call from servers, CLIs, tests).
 
-    Also sets ``CUBLAS_WORKSPACE_CONFIG`` (if unset) so cuBLAS matmuls are deterministic on CUDA.
+    Also sets ``CUBLAS_WORKSPACE_CONFIG`` (if unset) so cuBLAS matmuls are deterministic on CUDA,
+    and keeps freed heap memory mapped (`allocator.keep_freed_memory`: speed only, same bits).
+    Uninitialised-memory filling stays on: a backend that reads `torch.empty` gets NaN, loudly.
     """
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    keep_freed_memory()
     torch.set_num_threads(num_threads)
-    torch.use_deterministic_algorithms(True, warn_only=True)
+    _use_deterministic_algorithms()
+
+
+def _use_deterministic_algorithms() -> None:
+    """`torch.use_deterministic_algorithms(True, warn_only=True)` without importing Inductor.
+
+    torch 2.13's function imports `torch._inductor.config` only to set its `deterministic` flag,
+    which costs 1.3 s per process (every CLI run, worker and server). Inductor reads the same flag
+    from `TORCHINDUCTOR_DETERMINISTIC` when it is first imported, so a backend that compiles later
+    still gets it; one already imported is set directly.
+    """
+    os.environ.setdefault("TORCHINDUCTOR_DETERMINISTIC", "1")
+    inductor_config = sys.modules.get("torch._inductor.config")
+    if inductor_config is not None:
+        inductor_config.deterministic = True  # type: ignore[attr-defined]
+    torch._C._set_deterministic_algorithms(True, warn_only=True)
 
 
 def _sinusoid(seq_len: int, d: int, *, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
@@ -171,6 +191,20 @@ def _next_logprobs(plan: _DecodePlan, h_last: torch.Tensor) -> torch.Tensor:
     return F.linear(F.layer_norm(h_last, *plan.ln_f), *plan.head).log_softmax(-1)
 
 
+def _attention_scores(q: torch.Tensor, k: torch.Tensor, head_size: int) -> torch.Tensor:
+    """`(q @ kᵀ) / √head_size`, bit for bit, as a fresh tensor.
+
+    When √head_size is a power of two (the default 16 → 4), q is divided before the product:
+    scaling by 2ⁿ is exact in binary floating point (outside the subnormal range), so every
+    product and partial sum is the same number scaled, and the division over the (S, T) matrix,
+    and again in backward, becomes one over the (S, head_size) queries.
+    """
+    scale = math.sqrt(head_size)
+    if math.frexp(scale)[0] == 0.5:
+        return (q / scale) @ k.transpose(-2, -1)
+    return (q @ k.transpose(-2, -1)) / scale
+
+
 def _decode_block(
     w: _BlockWeights, h: torch.Tensor, past: tuple[torch.Tensor, torch.Tensor] | None
 ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
@@ -189,10 +223,9 @@ def _decode_block(
     if past is not None:
         k, v = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)  # (B, nh, T, hs)
     t_all = k.shape[2]
-    att = (q @ k.transpose(-2, -1)) / math.sqrt(d // nh)  # (B, nh, S, T)
+    att = _attention_scores(q, k, d // nh)  # (B, nh, S, T)
     if s > 1:
-        causal = torch.ones(s, t_all, dtype=torch.bool, device=h.device).triu(t_all - s + 1)
-        att = att.masked_fill(causal, float("-inf"))
+        att.masked_fill_(torch.ones(s, t_all, dtype=torch.bool, device=h.device).triu(t_all - s + 1), float("-inf"))
     att = att.softmax(dim=-1)
     y = (att @ v).transpose(1, 2).reshape(b, s, d)  # (B, S, d)
     h = h + F.linear(y, *w.proj)
@@ -252,9 +285,9 @@ class _Block(nn.Module):
         if past is not None:  # incremental decoding: keys/values of the earlier positions
             k, v = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)  # (B, nh, T, hs)
         t_all = k.shape[2]
-        att = (q @ k.transpose(-2, -1)) / math.sqrt(d // nh)  # (B, nh, S, T)
+        att = _attention_scores(q, k, d // nh)  # (B, nh, S, T), a fresh tensor: masked in place
         causal = torch.ones(s, t_all, dtype=torch.bool, device=h.device).triu(t_all - s + 1)
-        att = att.masked_fill(causal, float("-inf")).softmax(dim=-1)
+        att = att.masked_fill_(causal, float("-inf")).softmax(dim=-1)
         y = (att @ v).transpose(1, 2).reshape(b, s, d)  # (B, S, d)
         h = h + self.proj(y)
 

@@ -80,17 +80,15 @@ def test_header_declaring_a_bomb_is_media_decode_not_pillows_error(side):
 
 
 def test_header_in_pillows_warning_band_is_refused_by_the_cap_even_when_warnings_are_errors():
-    url = _png_header_url(10_000, 10_000)  # 1e8 pixels: Pillow only warns (DecompressionBombWarning)
-    with pytest.warns(Warning), pytest.raises(ContractError) as err:
-        decode_data_url(url)
-    assert err.value.detail == "image is 10000x10000 = 100000000 pixels; the cap is 16777216"
+    url = _png_header_url(10_000, 10_000)  # 1e8 pixels: Pillow alone would warn (DecompressionBombWarning)
     import warnings
 
     with warnings.catch_warnings():
-        warnings.simplefilter("error")  # as under `python -W error`: the warning is raised, still typed
+        warnings.simplefilter("error")  # as under `python -W error`: any warning would be raised; none is
         with pytest.raises(ContractError) as err:
             decode_data_url(url)
-    assert err.value.code == "media_decode" and "decompression bomb" in err.value.detail
+    assert err.value.code == "media_decode"
+    assert err.value.detail == "image is 10000x10000 = 100000000 pixels; the cap is 16777216"
 
 
 def test_header_over_the_cap_is_refused_before_decoding():
@@ -113,3 +111,47 @@ def test_formats_outside_the_raster_allowlist_are_not_decoded(payload):
     with pytest.raises(ContractError) as err:
         decode_data_url("data:image/png;base64," + base64.b64encode(payload).decode("ascii"))
     assert err.value.detail == "image bytes do not decode as any supported format (PNG, JPEG, GIF, WEBP, BMP, TIFF)"
+
+
+def _decode_recording_warnings(url: str, **caps):
+    """`decode_data_url(url, **caps)` with every warning recorded (none filtered away): (result or error, warnings)."""
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            result = decode_data_url(url, **caps)
+        except ContractError as exc:
+            result = exc
+    return result, [str(w.category.__name__) + ": " + str(w.message) for w in caught]
+
+
+@pytest.mark.parametrize("side", [10_000, 12_000])  # 100 M / 144 M pixels: between Pillow's warning and its error
+def test_header_between_pillows_warning_and_error_gets_our_cap_and_no_warning(side):
+    err, caught = _decode_recording_warnings(_png_header_url(side, side))
+    assert caught == []  # Pillow's DecompressionBombWarning never reaches stderr
+    assert isinstance(err, ContractError) and err.code == "media_decode"
+    assert err.detail == f"image is {side}x{side} = {side * side} pixels; the cap is 16777216"
+
+
+def test_our_cap_decides_over_pillows_global_limit_which_stays_untouched(monkeypatch: pytest.MonkeyPatch):
+    from PIL import Image
+
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 300)  # Pillow would warn on 400 pixels
+    url = png_data_url(np.full((20, 20, 3), 9, dtype=np.uint8))
+    pixels, caught = _decode_recording_warnings(url, max_pixels=1000)  # a cap above Pillow's: it decodes
+    assert caught == []
+    assert isinstance(pixels, torch.Tensor) and pixels.shape == (3, 20, 20)
+    err, caught = _decode_recording_warnings(url, max_pixels=399)
+    assert caught == [] and err.detail == "image is 20x20 = 400 pixels; the cap is 399"
+    assert Image.MAX_IMAGE_PIXELS == 300  # the global is never changed, not even for a moment left behind
+
+
+def test_a_failed_decode_leaves_the_warning_filters_as_they_were():
+    import warnings
+
+    before = list(warnings.filters)
+    for url in (_png_header_url(10_000, 10_000), _png_header_url(20_000, 20_000), "data:image/png;base64,AAAA"):
+        with pytest.raises(ContractError):
+            decode_data_url(url)
+    assert warnings.filters == before

@@ -117,3 +117,19 @@ def test_policy_sampling_depends_on_the_seed():
             texts.append(c.post("/v1/responses", json=body).json()["output"][-1]["generation_token_ids"])
     assert texts[0] != texts[1]
     assert np.all(np.isin([t for t in texts[0] if not tok.is_special(t)], TEXT_ALPHABET))
+
+
+def test_an_image_header_over_the_pixel_cap_gets_422_and_no_pillow_warning(policy_settings):
+    import warnings
+
+    from tests.unit.core.test_policy_images import _png_header_url
+
+    items = user_items(image=False)
+    items[0]["content"].append({"type": "input_image", "image_url": _png_header_url(10_000, 10_000), "detail": "auto"})
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with client_for(policy_settings) as c:
+            r = c.post("/v1/responses", json={"input": items, "metadata": meta("r1", 1)})
+    assert r.status_code == 422
+    assert "image 0: image is 10000x10000 = 100000000 pixels; the cap is 16777216" in r.text
+    assert [w for w in caught if "DecompressionBomb" in w.category.__name__] == []

@@ -1,0 +1,103 @@
+"""Under `--json`, a usage error (an option out of range, unknown, missing or not a number) is a
+JSON error object on stdout and exit 2, like every other input error; without `--json` Typer's
+usage box is unchanged. `use_json_usage_errors(app)` installs it on every command of the app."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import typer
+from typer.core import TyperCommand
+
+from compactsim.harness.commands.common import OptionError, describe_range, report_error
+
+try:  # Typer 0.2x carries its own copy of Click; older Typer uses Click itself
+    from typer._click.exceptions import UsageError as _UsageError
+except ImportError:  # pragma: no cover - depends on the installed Typer
+    from click.exceptions import UsageError as _UsageError  # type: ignore[assignment,no-redef]
+
+
+def _asks_for_json(command: Any, args: Sequence[str]) -> bool:
+    """Whether `command` has a `--json` option and `args` (its own, as typed) give it before any `--`."""
+    if not any("--json" in (getattr(p, "opts", None) or ()) for p in command.params):
+        return False
+    for arg in args:
+        if arg == "--":
+            return False
+        if arg == "--json":
+            return True
+    return False
+
+
+def _plain(value: Any) -> Any:
+    """A value from argv as JSON can hold it: text, a list of texts, or None."""
+    if value is None or isinstance(value, (str, bool, int, float)):
+        return value
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return str(value)
+
+
+def option_error(exc: Any, command: Any, ctx: Any, args: Sequence[str]) -> OptionError:
+    """Typer's usage error `exc` for `command` (given `args`) as an `OptionError`: the option, the value, its range."""
+    param = getattr(exc, "param", None)
+    option = getattr(exc, "option_name", None)  # an unknown option, or one missing its value
+    value = minimum = maximum = None
+    if param is not None:
+        opts = [o for o in (getattr(param, "opts", None) or ()) if o.startswith("-")]
+        long = [o for o in opts if o.startswith("--")]
+        # an argument by the name Typer's own message gives it ("Missing argument 'rows_dump'")
+        shown = getattr(param, "display_name_raw", None) or getattr(param, "human_readable_name", None) or param.name
+        option = (long or opts or [shown])[0]
+        # Typer ≥ 0.2x keeps the bounds on the parameter, older Typer on Click's IntRange / FloatRange type
+        minimum = getattr(param, "min", None)
+        maximum = getattr(param, "max", None)
+        if minimum is None and maximum is None:
+            minimum = getattr(getattr(param, "type", None), "min", None)
+            maximum = getattr(getattr(param, "type", None), "max", None)
+        try:  # the raw text the parser saw; the parse only splits argv, it converts nothing
+            opts_seen, _, _ = command.make_parser(ctx).parse_args(args=list(args))
+            value = _plain(opts_seen.get(param.name))
+        except Exception:  # noqa: BLE001 - best effort; the message still names the problem
+            value = None
+    minimum, maximum = _plain(minimum), _plain(maximum)
+    bounds = describe_range(minimum, maximum)
+    message = exc.format_message()
+    if isinstance(value, str):
+        message += f"; got {value!r}"
+    if bounds is not None:
+        message += f"; allowed: {bounds}"
+    return OptionError(message, option=option, value=value, minimum=minimum, maximum=maximum)
+
+
+class _Command(TyperCommand):
+    """Every compactsim command: under `--json`, a usage error is a JSON error object on stdout, exit 2.
+
+    Typer checks options while parsing (`min=`/`max=`, integers, unknown options, missing
+    arguments) and prints a usage box for a person; a `--json` run gets `OptionError.to_json`
+    instead (the option, the value as typed, its range and Typer's message), the shape its other
+    input errors have. Without `--json` nothing changes.
+    """
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        given = list(args)  # the parser consumes the list it gets
+        try:
+            return super().parse_args(ctx, args)
+        except _UsageError as exc:
+            if not _asks_for_json(self, given):
+                raise
+            raise typer.Exit(report_error(option_error(exc, self, ctx, given), as_json=True)) from None
+
+
+def use_json_usage_errors(typer_app: typer.Typer) -> None:
+    """Give every command of `typer_app` (and of its sub-apps) `_Command` unless it asked for another class."""
+    for info in typer_app.registered_commands:
+        if info.cls is None or info.cls is TyperCommand:
+            info.cls = _Command
+    for group in typer_app.registered_groups:
+        if group.typer_instance is not None:
+            use_json_usage_errors(group.typer_instance)
+
+
+__all__ = ["option_error", "use_json_usage_errors"]

@@ -1,0 +1,141 @@
+"""Under `--json`, an option or argument Typer refuses is a JSON error object on stdout, exit 2.
+
+Typer checks bounds (`min=`/`max=`), integers, unknown options and missing arguments while it
+parses, and prints a usage box for a person. A command that takes `--json` prints instead the
+shape of its other input errors (`OptionError.to_json`: `error_code`, `file`, `line`, `column`,
+`field`, `message`, plus `option`, `value`, `min`, `max`, `allowed`); without `--json` the usage
+box stays. `test_every_json_command_is_covered` keeps the table complete as commands are added.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from compactsim.harness.cli import app
+from compactsim.harness.commands.common import MAX_DP_SIZE, MAX_SEED, MAX_TURNS
+
+runner = CliRunner()
+
+SEED_RANGE = (0, MAX_SEED, f"0<=x<={MAX_SEED}")
+
+#: id -> (argv, option, value, (min, max, allowed) or None, text the message holds).
+#: "FILE" is replaced by an existing file, "OUT" by a folder that must never be made.
+CASES: dict[str, tuple[list[str], str | None, object, tuple | None, str]] = {
+    "run --seed -1": (["run", "no-compaction", "--out", "OUT", "--json", "--seed", "-1"], "--seed", "-1", SEED_RANGE,
+                      "Invalid value for '--seed'"),
+    "run --steps 0": (["run", "--json", "--steps", "0", "--out", "OUT"], "--steps", "0", (1, None, "x>=1"),
+                      "Invalid value for '--steps'"),
+    "run --seed abc": (["run", "--json", "--seed", "abc", "--out", "OUT"], "--seed", "abc", SEED_RANGE,
+                       "valid integer"),
+    "train --dp-size 0": (["train", "no-compaction", "--out", "OUT", "--dp-size", "0", "--json"], "--dp-size", "0",
+                          (1, MAX_DP_SIZE, f"1<=x<={MAX_DP_SIZE}"), "Invalid value for '--dp-size'"),
+    "train repeated --seed": (["train", "no-compaction", "--out", "OUT", "--json", "--seed", "1", "--seed", "-5"],
+                              "--seed", "-5", SEED_RANGE, "Invalid value for '--seed'"),
+    "rollout --turns": (["rollout", "--json", "--out", "OUT", "--turns", str(MAX_TURNS + 1)], "--turns",
+                        str(MAX_TURNS + 1), (1, MAX_TURNS, f"1<=x<={MAX_TURNS}"), "Invalid value for '--turns'"),
+    "materialize --dp-size": (["materialize", "--json", "FILE", "--dp-size", "1000000000"], "--dp-size", "1000000000",
+                              (1, MAX_DP_SIZE, f"1<=x<={MAX_DP_SIZE}"), "Invalid value for '--dp-size'"),
+    "export --seed": (["export", "no-compaction", "--out", "OUT", "--json", "--seed", str(MAX_SEED + 1)], "--seed",
+                      str(MAX_SEED + 1), SEED_RANGE, "Invalid value for '--seed'"),
+    "replay --group-size": (["replay", "FILE", "--json", "--group-size", "0"], "--group-size", "0", (1, None, "x>=1"),
+                            "Invalid value for '--group-size'"),
+    "shrink --max-examples": (["shrink", "no-compaction", "--out", "OUT", "--json", "--max-examples", "0"],
+                              "--max-examples", "0", (1, None, "x>=1"), "Invalid value for '--max-examples'"),
+    "plan unknown option": (["plan", "--json", "--bogus", "FILE"], "--bogus", None, None, "No such option: --bogus"),
+    "plan missing files": (["plan", "--json"], "files", None, None, "Missing argument"),
+    "gym-check missing --gym": (["gym-check", "--json", "--offline", "--out", "OUT"], "--gym", None, None,
+                                "Missing option"),
+    "verify missing rows": (["verify", "--json", "OUT"], "rows_dump", None, None, "Missing argument"),
+    "verify option without value": (["verify", "OUT", "FILE", "--json", "--metrics"], "--metrics", None, None,
+                                    "requires an argument"),
+    "list unknown option": (["list", "--json", "--bogus"], "--bogus", None, None, "No such option"),
+    "show missing name": (["show", "--json"], "name", None, None, "Missing argument"),
+    "scenarios list --tag": (["scenarios", "list", "--json", "--tag"], "--tag", None, None, "requires an argument"),
+    "scenarios show extra": (["scenarios", "show", "--json", "no-compaction", "extra"], None, None, None,
+                             "unexpected extra argument"),
+}
+
+
+def _argv(argv: list[str], tmp_path: Path) -> list[str]:
+    file = tmp_path / "input.json"
+    file.write_text("{}")
+    return [str(file) if a == "FILE" else str(tmp_path / "o") if a == "OUT" else a for a in argv]
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_a_refused_option_under_json_prints_a_json_error_and_exits_2(case: str, tmp_path: Path):
+    argv, option, value, bounds, text = CASES[case]
+    result = runner.invoke(app, _argv(argv, tmp_path))
+    assert result.exit_code == 2, result.output
+    assert result.stderr == "", result.stderr  # no usage box
+    error = json.loads(result.stdout)
+    minimum, maximum, allowed = bounds or (None, None, None)
+    assert error == {
+        "error_code": "invalid_argument", "file": None, "line": None, "column": None, "field": option,
+        "option": option, "value": value, "min": minimum, "max": maximum, "allowed": allowed,
+        "message": error["message"],
+    }
+    assert text in error["message"]
+    if isinstance(value, str):
+        assert f"got {value!r}" in error["message"]
+    if allowed is not None:
+        assert error["message"].endswith(f"; allowed: {allowed}")
+    assert not (tmp_path / "o").exists()  # refused before any work
+
+
+def _json_commands() -> set[str]:
+    def walk(command, path: tuple[str, ...]):
+        for name, sub in getattr(command, "commands", {}).items():
+            yield from walk(sub, (*path, name))
+        if any("--json" in (getattr(p, "opts", None) or ()) for p in command.params):
+            yield " ".join(path)
+
+    return set(walk(typer.main.get_command(app), ()))
+
+
+def test_every_json_command_is_covered():
+    covered = {" ".join(argv[:2]) if argv[0] == "scenarios" else argv[0] for argv, *_ in CASES.values()}
+    assert _json_commands() <= covered, sorted(_json_commands() - covered)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["run", "--seed", "-1", "--out", "OUT"],
+        ["materialize", "FILE", "--dp-size", "0"],
+        ["plan", "--bogus", "FILE"],
+        ["serve", "--json", "--port", "70000"],  # serve takes no --json: Typer's own message, as before
+    ],
+    ids=["run --seed", "materialize --dp-size", "plan unknown option", "serve --port"],
+)
+def test_without_json_the_usage_error_stays_for_a_person(argv: list[str], tmp_path: Path):
+    result = runner.invoke(app, _argv(argv, tmp_path))
+    assert result.exit_code == 2, result.output
+    assert result.stdout == ""
+    assert "Usage: compactsim" in result.stderr
+    assert "Invalid value for '--" in result.stderr or "No such option" in result.stderr
+    assert '"error_code"' not in result.stderr
+
+
+def test_json_after_double_dash_is_an_argument_not_the_flag(tmp_path: Path):
+    result = runner.invoke(app, ["materialize", "--dp-size", "0", "--", "--json"])
+    assert result.exit_code == 2
+    assert result.stdout == "" and "Invalid value for '--dp-size'" in result.stderr
+
+
+def test_a_json_run_of_a_real_process_prints_only_json(tmp_path: Path):
+    """Through the installed entry point (not CliRunner): stdout is one JSON object, stderr empty, exit 2."""
+    import subprocess
+    import sys
+
+    code = "import sys; from compactsim.harness.cli import app; sys.argv[0] = 'compactsim'; app()"
+    proc = subprocess.run([sys.executable, "-c", code, "run", "--json", "--seed", "-1", "--out", str(tmp_path / "o")],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr == ""
+    assert json.loads(proc.stdout)["option"] == "--seed"
