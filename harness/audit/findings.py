@@ -54,8 +54,10 @@ CHECKS: dict[str, str] = {
     "train.grad_norm": "The reported gradient norm (before clipping) differs from the oracle's.",
     "train.update": "A parameter tensor after the step differs from the oracle's AdamW update (max |diff| named).",
     "train.continuity": "A step did not start from the state the previous step left (weights reloaded, counters reset).",
-    "train.metric": "A loss metric the backend reports (actor_loss, kl_penalty, token_mult_prob_error, "
-    "global_valid_toks/seqs) differs from the oracle's.",
+    "train.metric": "A loss metric the backend reports differs from the oracle's (actor_loss, kl_penalty, "
+    "token_mult_prob_error, probs_ratio, probs_ratio_clamped, probs_ratio[_clamped]_min/max, gen_kl_error, "
+    "policy_kl_error, js_divergence_error, sampling_importance_ratio, approx_entropy, is_oob_ratio, "
+    "num_valid_samples, global_valid_toks/seqs); the key is named first in the message.",
     "metric.missing": "The step did not report a metric the scenario checks.",
     "metric.exact": "A metric the oracle computes exactly has another value.",
     "metric.expectation": "A declared metric expectation does not hold.",

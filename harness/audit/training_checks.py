@@ -77,14 +77,83 @@ def check_step_quantities(
 
 
 #: Loss metrics a backend may report, each compared with the oracle's value when present:
-#: (metric key, `StepTruth` attribute, exact count or not). Sources: nemo-rl-semantics.md §4.6.
-_REPORTED_LOSS_METRICS: tuple[tuple[str, str, bool], ...] = (
+#: (metric key, `StepTruth` attribute, exact count or not). Floats use the loss tolerances, and an infinite
+#: value on either side (the +inf/-inf of a min/max over no trained token) matches only by equality.
+#: Formulas and aggregation: nemo-rl-semantics.md §4.6, `compactsim.harness.oracle.step_metrics`.
+REPORTED_LOSS_METRICS: tuple[tuple[str, str, bool], ...] = (
     ("actor_loss", "actor_loss", False),
     ("kl_penalty", "kl_penalty", False),
     (M.TOKEN_MULT_PROB_ERROR, "token_mult_prob_error", False),
     (M.GLOBAL_VALID_TOKENS, "global_valid_tokens", True),
     (M.GLOBAL_VALID_SEQS, "global_valid_seqs", True),
+    ("probs_ratio", "probs_ratio", False),
+    ("probs_ratio_clamped", "probs_ratio_clamped", False),
+    ("probs_ratio_min", "probs_ratio_min", False),
+    ("probs_ratio_max", "probs_ratio_max", False),
+    ("probs_ratio_clamped_min", "probs_ratio_clamped_min", False),
+    ("probs_ratio_clamped_max", "probs_ratio_clamped_max", False),
+    ("gen_kl_error", "gen_kl_error", False),
+    ("policy_kl_error", "policy_kl_error", False),
+    ("js_divergence_error", "js_divergence_error", False),
+    ("sampling_importance_ratio", "sampling_importance_ratio", False),
+    ("approx_entropy", "approx_entropy", False),
+    ("is_oob_ratio", "is_oob_ratio", False),
+    ("num_valid_samples", "num_valid_samples", True),
 )
+
+#: Every step-metric key the audit compares, with the finding that names a wrong value. Batch metrics
+#: are compared with the oracle's exact values (`metric.exact`, `compactsim.harness.oracle.expect.exact_batch_metrics`).
+AUDITED_METRICS: dict[str, str] = {
+    **{key: "train.metric" for key, _, _ in REPORTED_LOSS_METRICS},
+    "loss": "train.loss",
+    M.GRAD_NORM: "train.grad_norm",
+    M.LR: "train.lr",
+    M.OPTIMIZER_STEPS: "counts.reported",
+    M.SCHEDULER_INCREMENTS: "counts.reported",
+    M.OPTIMIZER_STEP_COUNT: "counts.optimizer",
+    M.SCHEDULER_STEP_COUNT: "counts.scheduler",
+    **{key: "metric.exact" for key in M.BATCH_METRIC_KEYS},
+}
+
+#: Step-metric keys a backend may report that the audit deliberately does not compare, with why, so a
+#: new metric cannot go unaudited unnoticed (tests/unit/audit/test_metric_coverage.py).
+UNAUDITED_METRICS: dict[str, str] = {
+    M.TRAINED_POLICY_VERSION: "the trainer's own label of its weights; the rows' generation versions are audited "
+    "(row.policy_version) and the weights themselves by train.update and train.continuity",
+}
+#: Key prefixes never audited: wall-clock seconds, and `compactsim train`'s async bookkeeping (not a suite run).
+UNAUDITED_PREFIXES: dict[str, str] = {
+    M.TIMING_PREFIX: "wall-clock seconds, not a function of the inputs",
+    "async/": "the async replay buffer's bookkeeping in `compactsim train` (ages, evictions); the suite's async "
+    "scenarios are audited through their rows' policy versions and the importance-weighted loss",
+}
+
+
+def metric_audit(key: str) -> str | None:
+    """The finding that audits step metric `key`, or None when it is deliberately not audited (or unknown)."""
+    return AUDITED_METRICS.get(key)
+
+
+def is_unaudited(key: str) -> bool:
+    """`key` is listed as deliberately not audited (by name or by prefix)."""
+    return key in UNAUDITED_METRICS or any(key.startswith(p) for p in UNAUDITED_PREFIXES)
+
+
+#: NeMo-RL's driver logs a `_min`/`_max` over no value at all as this (nemo-rl-semantics §3.7).
+DRIVER_EMPTY_EXTREMUM = -1.0
+
+
+def _matches(key: str, got: float, want: float, atol: float, rtol: float) -> bool:
+    """Within tolerance; an infinite value on either side only by equality (inf − inf is NaN, not 0).
+
+    A step with no trained token has `_min`/`_max` of +inf/−inf as the worker combines them, and
+    −1.0 as NeMo-RL's driver logs them; a backend may report either.
+    """
+    if math.isinf(want) and key.endswith(("_min", "_max")) and got == DRIVER_EMPTY_EXTREMUM:
+        return True
+    if math.isinf(want) or math.isinf(got):
+        return got == want
+    return close(got, want, atol, rtol)
 
 
 def check_reported_loss_metrics(
@@ -92,15 +161,19 @@ def check_reported_loss_metrics(
 ) -> list[Finding]:
     """The loss's own metrics, when the backend reports them: a trainer that trains right but logs wrong is named.
 
-    Counts (`global_valid_toks`, `global_valid_seqs`) are exact; the loss terms use the loss tolerances.
+    Counts (`global_valid_toks`, `global_valid_seqs`, `num_valid_samples`) are exact; the rest use the
+    loss tolerances, `_min`/`_max` with ±inf (a step without trained tokens) matched exactly or by the
+    driver's −1.0.
+    `is_oob_ratio` is judged only under truncated importance sampling, where it is defined.
     """
     out: list[Finding] = []
-    for key, attr, exact in _REPORTED_LOSS_METRICS:
+    for key, attr, exact in REPORTED_LOSS_METRICS:
         got = _metric(metrics, key)
-        if got is None:
+        want_value = getattr(truth, attr)
+        if got is None or want_value is None:
             continue
-        want = float(getattr(truth, attr))
-        ok = got == want if exact else close(got, want, tol.loss_atol, tol.loss_rtol)
+        want = float(want_value)
+        ok = got == want if exact else _matches(key, got, want, tol.loss_atol, tol.loss_rtol)
         if not ok:
             out.append(report("train.metric", f"{key} = {got!r}; the oracle computes {want!r} for this step's rows",
                               expected=want, actual=got))
@@ -161,4 +234,16 @@ def check_update(report: Reporter, truth: StepTruth, measured: MeasuredStep, tol
                    expected=want_v, actual=got_v, row=name)]
 
 
-__all__ = ["check_continuity", "check_counts_measured", "check_reported_loss_metrics", "check_step_quantities", "check_update"]
+__all__ = [
+    "AUDITED_METRICS",
+    "REPORTED_LOSS_METRICS",
+    "UNAUDITED_METRICS",
+    "UNAUDITED_PREFIXES",
+    "check_continuity",
+    "check_counts_measured",
+    "check_reported_loss_metrics",
+    "check_step_quantities",
+    "check_update",
+    "is_unaudited",
+    "metric_audit",
+]

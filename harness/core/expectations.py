@@ -99,6 +99,30 @@ class ExpectedTrainingStep:
     global_valid_seqs: float
     #: Σ m·exp(|generation − current logprob|) / (global_valid_toks + 1e-8) before the update (NeMo-RL §4.6).
     token_mult_prob_error: float
+    # The loss's other diagnostics (NeMo-RL §4.6; formulas and aggregation in
+    # `compactsim.harness.oracle.step_metrics`). Means are over trained tokens, normalised by
+    # global_valid_toks + 1e-8, summed over micro-batches; extrema are over trained tokens.
+    #: Masked means of the PPO ratio r and of the clipped ratio r̂.
+    probs_ratio: float
+    probs_ratio_clamped: float
+    #: Extrema of r and r̂ over trained tokens; +inf (min) / -inf (max) when the step trains none.
+    probs_ratio_min: float
+    probs_ratio_max: float
+    probs_ratio_clamped_min: float
+    probs_ratio_clamped_max: float
+    #: Masked means of the unclamped KL estimator k(prev − gen) and k(gen − prev), and of the JS divergence.
+    gen_kl_error: float
+    policy_kl_error: float
+    js_divergence_error: float
+    #: Masked mean of the importance weight exp(prev − gen) after truncation.
+    sampling_importance_ratio: float
+    #: −masked mean of exp(lp − gen)·lp.
+    approx_entropy: float
+    #: Share of trained tokens (tis, icepop) or sequences (seq-mask-tis) out of the truncation bounds; None
+    #: without truncated importance sampling (the metric does not exist then).
+    is_oob_ratio: float | None
+    #: Σ sample_mask over the batch's rows, a count (NeMo-RL's `num_valid_samples`, summed over micro-batches).
+    num_valid_samples: float
     #: Parameter name → expected value after the step (float64 tensors).
     params_after: Any = field(repr=False)
 

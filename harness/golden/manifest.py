@@ -18,7 +18,7 @@ import hashlib
 import os
 import re
 import stat
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,7 +34,7 @@ from compactsim.harness.core.json_input import (
     read_bytes,
 )
 from compactsim.harness.golden.codec import json_document
-from compactsim.harness.golden.schema import validator
+from compactsim.harness.golden.schema import first_error
 
 GOLDEN_FORMAT = "compactsim-golden"
 #: Version of the golden layout; readers refuse any other.
@@ -221,10 +221,10 @@ def read_manifest(directory: Path) -> Manifest:
     if isinstance(data, dict) and data.get("format") == GOLDEN_FORMAT and data.get("format_version") != FORMAT_VERSION:
         raise ConfigError("unsupported_config", f"{path}: golden format_version {data.get('format_version')!r}; this "
                           f"compactsim reads format_version {FORMAT_VERSION} (re-export with this version)")
-    errors = sorted(validator("manifest").iter_errors(data), key=lambda e: list(map(str, e.absolute_path)))
-    if errors:
-        where = "/".join(map(str, errors[0].absolute_path)) or "<root>"
-        raise ConfigError("invalid_argument", f"{path}: not a valid golden manifest at {where}: {errors[0].message}")
+    error = first_error("manifest", data)
+    if error is not None:
+        where = "/".join(map(str, error.absolute_path)) or "<root>"
+        raise ConfigError("invalid_argument", f"{path}: not a valid golden manifest at {where}: {error.message}")
     _check_names_and_paths(data, str(path))
     return Manifest.from_json(data)
 
@@ -262,12 +262,18 @@ class GoldenFiles:
     passed are the bytes returned, so a file edited after `check_files` ran is caught as well. A
     file the manifest does not list is never read: an edited golden cannot be hidden by removing
     its entry.
+
+    `check_all` may hold the checked bytes of some files for their next read (one read and one
+    digest per file for a reader that checks everything first): those are still the very bytes
+    whose digest matched.
     """
 
     def __init__(self, directory: Path, manifest: Manifest) -> None:
         self.directory = Path(directory)
         self.manifest = manifest
         self._listed = {f.path: f for f in manifest.files}
+        #: path -> bytes that passed `check_all`, handed out (once) by the next `read_bytes`
+        self._held: dict[str, bytes] = {}
 
     def source(self, path: str) -> str:
         """How a message names the golden file at `path`."""
@@ -275,6 +281,9 @@ class GoldenFiles:
 
     def read_bytes(self, path: str) -> bytes:
         """The bytes of the listed file at `path` (relative to the directory); any problem is an `InputError`."""
+        held = self._held.pop(path, None)
+        if held is not None:
+            return held
         source = self.source(path)
         listed = self._listed.get(path)
         if listed is None:
@@ -304,6 +313,27 @@ class GoldenFiles:
                              f"sha256 {digest[:16]}… differs from the manifest's {listed.sha256[:16]}…")
         return data
 
+    def check_all(self, keep: Collection[str] = ()) -> list[str]:
+        """``PATH: problem`` for each listed file that cannot be read as listed (`read_bytes`); empty when all can.
+
+        The bytes of the files in `keep` that pass are held for their next `read_bytes`; `release`
+        drops what is still held.
+        """
+        problems: list[str] = []
+        for f in self.manifest.files:
+            try:
+                data = self.read_bytes(f.path)
+            except InputError as exc:
+                problems.append(f"{f.path}: {exc.problem}")
+                continue
+            if f.path in keep:
+                self._held[f.path] = data
+        return problems
+
+    def release(self) -> None:
+        """Forget the bytes `check_all` held: later reads check the file on disk again."""
+        self._held.clear()
+
     def load_json(self, path: str) -> Any:
         """One JSON document, under the input limits of `compactsim.harness.core.json_input`."""
         source = self.source(path)
@@ -318,15 +348,15 @@ class GoldenFiles:
         return parse_json_lines(decode_text(self.read_bytes(path), source), source)
 
 
-def check_files(directory: Path, manifest: Manifest) -> None:
-    """Every listed file exists with its recorded digest (a changed golden is never audited against)."""
-    files = GoldenFiles(directory, manifest)
-    problems: list[str] = []
-    for f in manifest.files:
-        try:
-            files.read_bytes(f.path)
-        except InputError as exc:
-            problems.append(f"{f.path}: {exc.problem}")
+def check_files(directory: Path, manifest: Manifest, *, files: GoldenFiles | None = None,
+                keep: Collection[str] = ()) -> None:
+    """Every listed file exists with its recorded digest (a changed golden is never audited against).
+
+    With `files` (a `GoldenFiles` of the same directory and manifest), the bytes of the files in
+    `keep` stay held there for their next read, so they are not read and hashed a second time.
+    """
+    files = files if files is not None else GoldenFiles(directory, manifest)
+    problems = files.check_all(keep)
     if problems:
         raise ConfigError("invalid_argument", f"{directory}: {len(problems)} golden file(s) differ from "
                           f"{MANIFEST}; re-export instead of editing goldens", violations=tuple(problems))

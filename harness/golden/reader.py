@@ -19,7 +19,7 @@ from compactsim.harness.core.expectations import ScenarioExpectation
 from compactsim.harness.core.json_input import InputError
 from compactsim.harness.golden.codec import TrainerSettings, expectation_from_document
 from compactsim.harness.golden.manifest import GoldenFiles, Manifest, check_files, check_relative_path, read_manifest
-from compactsim.harness.golden.schema import validator
+from compactsim.harness.golden.schema import first_error
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -91,11 +91,14 @@ def _scenario_path(files: GoldenFiles, base: str, ref: Any, field: str) -> str:
 
 
 def _checked(files: GoldenFiles, path: str, line: int | None, data: Any, schema: str, what: str) -> Any:
-    """`data` when it matches `schema`; else an `InputError` naming the file, line and field of the first problem."""
-    errors = sorted(validator(schema).iter_errors(data), key=lambda e: list(map(str, e.absolute_path)))
-    if errors:
-        where = "/".join(map(str, errors[0].absolute_path)) or "<root>"
-        raise InputError(files.source(path), line, where, f"not a valid golden {what}: {errors[0].message}")
+    """`data` when it matches `schema`; else an `InputError` naming the file, line and field of the first problem.
+
+    `first_error` passes a valid value with the schema's compiled predicate; jsonschema explains a refused one.
+    """
+    error = first_error(schema, data)
+    if error is not None:
+        where = "/".join(map(str, error.absolute_path)) or "<root>"
+        raise InputError(files.source(path), line, where, f"not a valid golden {what}: {error.message}")
     return data
 
 
@@ -156,17 +159,24 @@ def read_golden(directory: Path, scenarios: Sequence[str] | None = None) -> Gold
     """The golden directory at `directory`, every file digest-checked; `scenarios` limits which are decoded."""
     directory = Path(directory)
     manifest = read_manifest(directory)
-    check_files(directory, manifest)
     files = GoldenFiles(directory, manifest)
+    # the files decoded below are read and hashed once, by the check of every file
+    decoded = {f"scenarios/{n}/" for n in scenarios} if scenarios else {f"{e.directory}/" for e in manifest.scenarios}
+    keep = {f.path for f in manifest.files if f.schema in ("expectation", "expected-rows")
+            and f.path[:f.path.find("/", len("scenarios/")) + 1] in decoded}
+    check_files(directory, manifest, files=files, keep=keep)
     wanted = [manifest.scenario(n).name for n in scenarios] if scenarios else [e.name for e in manifest.scenarios]
     loaded = []
-    for name in wanted:
-        entry = manifest.scenario(name)
-        scenario = read_scenario(files, entry.name)
-        if scenario.name != entry.name:
-            raise ConfigError("invalid_argument", f"{directory / entry.directory}: expectation.json is for scenario "
-                              f"{scenario.name!r}, the manifest lists {entry.name!r}")
-        loaded.append(scenario)
+    try:
+        for name in wanted:
+            entry = manifest.scenario(name)
+            scenario = read_scenario(files, entry.name)
+            if scenario.name != entry.name:
+                raise ConfigError("invalid_argument", f"{directory / entry.directory}: expectation.json is for "
+                                  f"scenario {scenario.name!r}, the manifest lists {entry.name!r}")
+            loaded.append(scenario)
+    finally:
+        files.release()  # a later read (payloads, scenario.json) checks its file on disk again
     return Golden(directory=directory, manifest=manifest, scenarios=tuple(loaded))
 
 

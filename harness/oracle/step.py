@@ -14,7 +14,10 @@ previous step, and computes what a correct trainer must have done:
    (+1e-8): nemo-rl-semantics §4.6, where per-micro-batch losses divided by the global count sum
    to exactly this;
 3. its gradient by autograd on a float64 copy of the weights, the norm before clipping, clipping,
-   the learning rate, and the AdamW update (`compactsim.harness.oracle.optimizer`).
+   the learning rate, and the AdamW update (`compactsim.harness.oracle.optimizer`);
+4. the loss's reported diagnostics — ratio means and extrema, importance-sampling ratio and
+   out-of-bounds share, mismatch KLs, JS divergence, approximate entropy, valid samples — from the
+   same trained tokens (`compactsim.harness.oracle.step_metrics`, nemo-rl-semantics §4.6).
 
 The forward pass runs one row at a time: the oracle needs no micro-batching, padding or
 data-parallel layout, so a trainer whose accumulation or normalisation depends on them disagrees.
@@ -23,6 +26,7 @@ data-parallel layout, so a trainer whose accumulation or normalisation depends o
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import asdict
 
 import numpy as np
 import torch
@@ -34,6 +38,7 @@ from compactsim.harness.core.policy import TinyPolicy
 from compactsim.harness.oracle.rows import decode_rgb
 from compactsim.harness.oracle.optimizer import AdamState, adamw_update, clip, learning_rate
 from compactsim.harness.oracle.step_loss import NORMALIZER_EPS, row_loss
+from compactsim.harness.oracle.step_metrics import RowTokens, loss_metrics
 from compactsim.harness.oracle.step_settings import StepSettings
 
 
@@ -88,6 +93,7 @@ def expected_step(
     actor_total = 0.0
     kl_total = 0.0
     prob_error_total = 0.0
+    row_tokens: dict[int, RowTokens] = {}  # id(row) → its trained tokens, for the loss metrics
     for row in trained:
         missing = [m for m in row.media_ids if m not in pixels]
         if missing:
@@ -106,6 +112,7 @@ def expected_step(
         actor_total += float(contrib.actor_sum.detach()) * row.sample_mask
         kl_total += float(contrib.kl_sum.detach()) * row.sample_mask
         prob_error_total += float(torch.exp((gen - lp.detach()).abs()).sum()) * row.sample_mask
+        row_tokens[id(row)] = RowTokens(lp.detach(), gen, row.sample_mask)
 
     grads = {name: (p.grad.detach().clone() if p.grad is not None else torch.zeros_like(p))
              for name, p in policy.named_parameters()}
@@ -114,6 +121,12 @@ def expected_step(
     after, new_state = adamw_update(weights_before, clipped, state, settings.optimizer, lr)
     actor_loss = actor_total / denominator
     kl_loss = kl_total / denominator
+    empty = torch.zeros(0, dtype=torch.float64)
+    n_seqs = float(sum(r.sample_mask for r in rows))
+    diagnostics = loss_metrics(
+        [row_tokens.get(id(r), RowTokens(empty, empty, r.sample_mask)) for r in rows], loss_settings,
+        n_tokens=n_tokens, n_seqs=n_seqs,
+    )
     truth = StepTruth(
         step=step,
         loss=actor_loss + kl_loss,
@@ -122,8 +135,9 @@ def expected_step(
         grad_norm=norm,
         lr=lr,
         global_valid_tokens=n_tokens,
-        global_valid_seqs=float(sum(r.sample_mask for r in rows)),
+        global_valid_seqs=n_seqs,
         token_mult_prob_error=prob_error_total / denominator,
+        **asdict(diagnostics),
         params_after=after,
     )
     return truth, new_state

@@ -54,21 +54,38 @@ def _estimator(x: torch.Tensor, kind: str) -> torch.Tensor:
     raise ValueError(f"reference_policy_kl_type={kind!r}: expected k1, k2 or k3")
 
 
-def _importance_weights(prev: torch.Tensor, gen: torch.Tensor, s: LossSettings) -> torch.Tensor:
+@dataclass(frozen=True, slots=True)
+class ImportanceWeights:
+    """Token-level weights after truncation (§4.4) and what the truncation found out of bounds.
+
+    `out_of_bounds` is per token for `tis`/`icepop` (the raw weight outside the bounds), a 0-d flag
+    for the whole row under `seq-mask-tis` (its geometric-mean weight outside them), and None
+    without truncation (NeMo-RL then reports no `is_oob_ratio`).
+    """
+
+    weights: torch.Tensor
+    out_of_bounds: torch.Tensor | None
+
+
+def importance_weights(prev: torch.Tensor, gen: torch.Tensor, s: LossSettings) -> ImportanceWeights:
+    """``w = exp(prev − gen)`` per trained token (NaN, ±inf → 0), truncated as `s` says (§4.4)."""
     log_w = prev - gen
     w = torch.exp(log_w)
     w = torch.where(torch.isfinite(w), w, torch.zeros_like(w))
     kind, hi, lo = s.truncated_importance_sampling_type, s.truncated_importance_sampling_ratio, s.truncated_importance_sampling_ratio_min
     if kind is None:
-        return w
+        return ImportanceWeights(w, None)
     if kind == "tis":
-        return w.clamp(0.0 if lo is None else lo, hi)
+        low = 0.0 if lo is None else lo
+        return ImportanceWeights(w.clamp(low, hi), (w < low) | (w > hi))
     if kind == "icepop":
-        return torch.where((w >= lo) & (w <= hi), w, torch.zeros_like(w))
+        kept = (w >= lo) & (w <= hi)
+        return ImportanceWeights(torch.where(kept, w, torch.zeros_like(w)), ~kept)
     if kind == "seq-mask-tis":
         finite = torch.where(torch.isfinite(log_w), log_w, torch.zeros_like(log_w))
         geo = math.exp(float(finite.sum()) / (finite.numel() + NORMALIZER_EPS))
-        return w if lo <= geo <= hi else torch.zeros_like(w)
+        kept = lo <= geo <= hi
+        return ImportanceWeights(w if kept else torch.zeros_like(w), torch.tensor(not kept))
     raise ValueError(f"truncated_importance_sampling_type={kind!r}")
 
 
@@ -95,7 +112,7 @@ def row_loss(
     if s.ratio_clip_c is not None:
         per_token = torch.where(a < 0, torch.minimum(per_token, -a * s.ratio_clip_c), per_token)
     if s.use_importance_sampling_correction:
-        per_token = _importance_weights(prev, gen, s).detach() * per_token
+        per_token = importance_weights(prev, gen, s).weights.detach() * per_token
     actor = per_token.sum()
 
     beta = s.reference_policy_kl_penalty
@@ -116,4 +133,4 @@ def row_loss(
     return RowLoss(actor, beta * kl.sum())
 
 
-__all__ = ["NORMALIZER_EPS", "RowLoss", "row_loss"]
+__all__ = ["NORMALIZER_EPS", "ImportanceWeights", "RowLoss", "importance_weights", "row_loss"]

@@ -27,3 +27,24 @@ def local_counts(kwargs: dict[str, Any]) -> tuple[float, float]:
 
     n = valid_counts(kwargs["token_mask"], kwargs["sample_mask"])
     return n.tokens, n.seqs
+
+
+def with_metrics(result: Any, updates: dict[str, float]) -> Any:
+    """`result` (a `StepResult`) reporting `updates` over its metrics, in the result and its artifact alike."""
+    from dataclasses import replace
+
+    metrics = {**result.metrics, **updates}
+    return replace(result, metrics=metrics, artifact=replace(result.artifact, metrics=metrics))
+
+
+def next_token_frame(kwargs: dict[str, Any]) -> tuple[Any, Any, Any]:
+    """(curr, prev, m) of a loss call in the next-token frame ``[B, S-1]``: m = token_mask[:, 1:]·sample_mask."""
+    import torch
+
+    token_mask = kwargs["token_mask"]
+    S = token_mask.shape[1]
+    curr = kwargs["curr_logprobs"].detach().to(torch.float64)
+    curr = curr[:, 1:] if curr.shape[1] == S else curr
+    prev = kwargs["prev_logprobs"][:, 1:].to(torch.float64)
+    mask = token_mask[:, 1:].to(torch.float64) * kwargs["sample_mask"].to(torch.float64)[:, None]
+    return curr, prev, mask

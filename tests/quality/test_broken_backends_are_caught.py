@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -32,6 +33,13 @@ BROKEN = (
     "kl_penalty_times_beta",
     "valid_counts_ignore_sample_mask",
 )
+#: Backends that train right but report one loss metric wrong: `train.metric` must name `EXPECTED_KEY`.
+MISREPORTING = (
+    "sampling_importance_ratio_sequence_exp_sum",
+    "probs_ratio_extrema_over_padding",
+    "probs_ratio_empty_microbatch_minus_one",
+    "is_oob_ratio_over_all_positions",
+)
 #: Backends that fail outright: the run must end in a `backend.error` finding, not a crash.
 CRASHING = ("crashing_train_step", "malformed_result", "exits_the_process", "unprintable_error")
 
@@ -46,6 +54,41 @@ def test_broken_backend_provokes_its_paired_finding(module: str):
     hits = [f for f in rec.findings if f.check == mod.EXPECTED_CHECK]
     assert hits, [f.check for f in rec.findings]
     assert all(f.reproduce == f"compactsim run {mod.SCENARIO} --seed 0 --backend {spec}" for f in rec.findings)
+
+
+@pytest.mark.parametrize("module", MISREPORTING)
+def test_a_misreported_loss_metric_is_named_by_its_key_and_nothing_else_is_found(module: str):
+    mod = importlib.import_module(f"tests.quality.{module}")
+    spec = f"tests.quality.{module}:Backend"
+    rec = run_scenario(resolve_scenarios([mod.SCENARIO])[0], RunOptions(backend=spec)).record
+    assert (rec.passed, rec.observed) == (False, "success")
+    assert {f.check for f in rec.findings} == {mod.EXPECTED_CHECK} == {"train.metric"}  # the training itself is right
+    named = [f for f in rec.findings if f.message.startswith(f"{mod.EXPECTED_KEY} = ")]
+    assert named, [f.message for f in rec.findings]
+    assert all(f.expected != f.actual for f in named)
+
+
+EDGE_CASES = Path(__file__).resolve().parents[1] / "fixtures" / "loss_metric_scenarios.yaml"
+
+
+def test_the_reference_backend_reports_every_loss_metric_right_in_the_edge_cases():
+    records = [run_scenario(s, RunOptions()).record for s in resolve_scenarios([str(EDGE_CASES)])]
+    assert [(r.name, r.passed) for r in records] == [
+        ("loss-metrics-all-rows-masked", True), ("loss-metrics-disable-ppo-ratio", True),
+        ("loss-metrics-tis-upper-only", True)], [f.message for r in records for f in r.findings]
+    [empty] = records[0].step_metrics
+    assert (empty["probs_ratio_min"], empty["probs_ratio_max"], empty["global_valid_toks"]) == (math.inf, -math.inf, 0.0)
+
+
+def test_minus_one_for_a_step_without_trained_tokens_is_the_drivers_value_and_passes():
+    """NeMo-RL's driver logs an extremum over no value as -1.0 (§3.7): for a step that trains no
+    token at all, a backend reporting the driver's value passes; the same -1.0 from one empty
+    micro-batch in a step that trains tokens is caught (`MISREPORTING`, mask-sample-rollouts)."""
+    [scenario] = [s for s in resolve_scenarios([str(EDGE_CASES)]) if s.name == "loss-metrics-all-rows-masked"]
+    rec = run_scenario(scenario, RunOptions(backend="tests.quality.probs_ratio_empty_microbatch_minus_one:Backend")).record
+    assert (tuple(rec.findings), rec.passed) == ((), True)
+    [metrics] = rec.step_metrics
+    assert (metrics["probs_ratio_min"], metrics["probs_ratio_clamped_max"]) == (-1.0, -1.0)
 
 
 @pytest.mark.parametrize("module", CRASHING)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import math
+from dataclasses import replace
+
 import torch
 
 from compactsim.harness.audit.checks import Reporter, Tolerances
@@ -30,9 +33,13 @@ def _measured(after=AFTER, *, steps=(1, 1), epoch=1, lr=1e-3) -> MeasuredStep:
                         _snap(after, step_min=steps[0], step_max=steps[1], epoch=epoch))
 
 
+LOSS_METRICS = {"probs_ratio": 1.0, "probs_ratio_clamped": 1.0, "probs_ratio_min": 1.0, "probs_ratio_max": 1.0,
+                "probs_ratio_clamped_min": 1.0, "probs_ratio_clamped_max": 1.0, "gen_kl_error": 0.02,
+                "policy_kl_error": 0.03, "js_divergence_error": 0.004, "sampling_importance_ratio": 0.9,
+                "approx_entropy": 0.7, "is_oob_ratio": None, "num_valid_samples": 3.0}
 TRUTH = ExpectedTrainingStep(step=0, loss=0.5, actor_loss=0.5, kl_penalty=0.0, grad_norm=2.0, lr=1e-3,
                              global_valid_tokens=10.0, global_valid_seqs=3.0, token_mult_prob_error=1.0,
-                             params_after=AFTER)
+                             **LOSS_METRICS, params_after=AFTER)
 GOOD = {"loss": 0.5, "grad_norm": 2.0, "lr": 1e-3}
 
 
@@ -104,3 +111,39 @@ def test_a_step_must_start_where_the_previous_one_ended():
     assert (weights.check, weights.row) == ("train.continuity", "b")
     assert weights.message.startswith("2 parameter tensor(s) changed between the end of the previous step")
     assert (epoch.check, epoch.expected, epoch.actual) == ("train.continuity", 1, 0)
+
+
+def test_every_loss_diagnostic_is_compared_when_reported_and_counts_exactly():
+    right = {k: v for k, v in LOSS_METRICS.items() if v is not None}
+    assert check_reported_loss_metrics(REPORT, TRUTH, {**right, "probs_ratio": 1.0 + 1e-12}, Tolerances()) == []
+    wrong = {"probs_ratio": 1.1, "sampling_importance_ratio": 0.0596, "gen_kl_error": 0.02 + 1e-6,
+             "approx_entropy": 0.7, "num_valid_samples": 3.0000001}
+    findings = check_reported_loss_metrics(REPORT, TRUTH, wrong, Tolerances())
+    assert [(f.message.split(" = ")[0], f.expected, f.actual) for f in findings] == [
+        ("probs_ratio", 1.0, 1.1), ("gen_kl_error", 0.02, 0.02 + 1e-6),
+        ("sampling_importance_ratio", 0.9, 0.0596), ("num_valid_samples", 3.0, 3.0000001)]
+    assert {f.check for f in findings} == {"train.metric"}
+
+
+def test_extrema_of_an_empty_step_match_the_same_infinity_or_the_drivers_minus_one():
+    empty = replace(TRUTH, probs_ratio_min=math.inf, probs_ratio_max=-math.inf)
+    assert check_reported_loss_metrics(REPORT, empty, {"probs_ratio_min": math.inf, "probs_ratio_max": -math.inf},
+                                       Tolerances()) == []
+    assert check_reported_loss_metrics(REPORT, empty, {"probs_ratio_min": -1.0, "probs_ratio_max": -1.0},
+                                       Tolerances()) == []  # NeMo-RL's driver logs an empty extremum as -1.0
+    findings = check_reported_loss_metrics(REPORT, empty, {"probs_ratio_min": -math.inf, "probs_ratio_max": math.inf},
+                                           Tolerances())
+    assert [(f.message.split(" = ")[0], f.expected, f.actual) for f in findings] == [
+        ("probs_ratio_min", math.inf, -math.inf), ("probs_ratio_max", -math.inf, math.inf)]
+    [finite] = check_reported_loss_metrics(REPORT, TRUTH, {"probs_ratio_min": math.inf}, Tolerances())
+    assert (finite.expected, finite.actual) == (1.0, math.inf)  # an empty-looking report of a step with tokens
+    [minus_one] = check_reported_loss_metrics(REPORT, TRUTH, {"probs_ratio_min": -1.0}, Tolerances())
+    assert (minus_one.expected, minus_one.actual) == (1.0, -1.0)  # the driver's -1.0 where tokens were trained
+
+
+def test_is_oob_ratio_is_judged_only_under_truncation():
+    assert check_reported_loss_metrics(REPORT, TRUTH, {"is_oob_ratio": 0.3}, Tolerances()) == []  # not defined: skipped
+    truncated = replace(TRUTH, is_oob_ratio=0.25)
+    assert check_reported_loss_metrics(REPORT, truncated, {"is_oob_ratio": 0.25}, Tolerances()) == []
+    [f] = check_reported_loss_metrics(REPORT, truncated, {"is_oob_ratio": 0.75}, Tolerances())
+    assert f.message == "is_oob_ratio = 0.75; the oracle computes 0.25 for this step's rows"
