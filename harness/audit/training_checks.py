@@ -120,6 +120,9 @@ AUDITED_METRICS: dict[str, str] = {
 UNAUDITED_METRICS: dict[str, str] = {
     M.TRAINED_POLICY_VERSION: "the trainer's own label of its weights; the rows' generation versions are audited "
     "(row.policy_version) and the weights themselves by train.update and train.continuity",
+    "positive_nll_loss": "NeMo-RL's positive-example NLL term (weight positive_example_nll_weight, 0 by default): "
+    "the reference does not state its normalisation and no scenario sets the weight; a nonzero weight shows in "
+    "train.loss and train.update",
 }
 #: Key prefixes never audited: wall-clock seconds, and `compactsim train`'s async bookkeeping (not a suite run).
 UNAUDITED_PREFIXES: dict[str, str] = {

@@ -145,7 +145,7 @@ def _use_deterministic_algorithms() -> None:
     from `TORCHINDUCTOR_DETERMINISTIC` when it is first imported, so a backend that compiles later
     still gets it; one already imported is set directly.
     """
-    os.environ.setdefault("TORCHINDUCTOR_DETERMINISTIC", "1")
+    os.environ["TORCHINDUCTOR_DETERMINISTIC"] = "1"  # forced, as torch's own function forces the flag
     inductor_config = sys.modules.get("torch._inductor.config")
     if inductor_config is not None:
         inductor_config.deterministic = True  # type: ignore[attr-defined]
@@ -194,10 +194,12 @@ def _next_logprobs(plan: _DecodePlan, h_last: torch.Tensor) -> torch.Tensor:
 def _attention_scores(q: torch.Tensor, k: torch.Tensor, head_size: int) -> torch.Tensor:
     """`(q @ kᵀ) / √head_size`, bit for bit, as a fresh tensor.
 
-    When √head_size is a power of two (the default 16 → 4), q is divided before the product:
-    scaling by 2ⁿ is exact in binary floating point (outside the subnormal range), so every
-    product and partial sum is the same number scaled, and the division over the (S, T) matrix,
-    and again in backward, becomes one over the (S, head_size) queries.
+    When √head_size is a power of two (head sizes 4ⁿ; the default 16 → 4), q is divided before the
+    product: scaling by 2ⁿ is exact in binary floating point, so every product and partial sum is
+    the same number scaled, and the division over the (S, T) matrix, and again in backward,
+    becomes one over the (S, head_size) queries. Only where values leave the normal range (a
+    subnormal product, or one that overflows before the division but not after: weights that
+    have already diverged) can the two differ.
     """
     scale = math.sqrt(head_size)
     if math.frexp(scale)[0] == 0.5:

@@ -99,11 +99,11 @@ def _estimator(x: torch.Tensor, kind: str) -> torch.Tensor:
 
 def _ratios(lp: torch.Tensor, s: LossSettings) -> tuple[torch.Tensor, torch.Tensor]:
     """``r`` and ``r̂`` of §4.3 at ``prev = lp`` (the weights before the step)."""
+    ratio = torch.exp(lp - lp)  # r = exp(lp − prev); exp(lp − sg(lp)) under force_on_policy_ratio: the same value
+    if s.force_on_policy_ratio:  # checked first, as the loss does (§4.3)
+        return ratio, ratio
     if s.disable_ppo_ratio:
         return lp, lp
-    ratio = torch.exp(lp - lp)  # r = exp(lp − prev); exp(lp − sg(lp)) under force_on_policy_ratio: the same value
-    if s.force_on_policy_ratio:
-        return ratio, ratio
     return ratio, ratio.clamp(1.0 - s.ratio_clip_min, 1.0 + s.ratio_clip_max)
 
 
