@@ -3,7 +3,9 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-PYTEST_FLAGS ?= -q --durations=15
+# two pytest-xdist workers; one file's tests run on one worker, so a module fixture is built once
+# (the e2e default-suite run, a session fixture, is shared between workers: tests/e2e/conftest.py)
+PYTEST_FLAGS ?= -q --durations=15 --numprocesses=2 --dist=loadfile
 
 .PHONY: run test test-fast fuzz bench clean
 

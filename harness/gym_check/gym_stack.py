@@ -1,6 +1,6 @@
 """Processes and loopback servers of a live gym-check: the revision's own apps, `compactsim serve`, our mocks.
 
-Topology (every socket on 127.0.0.1, each port picked free by the OS)::
+Topology (every socket on 127.0.0.1, each port picked free: see `free_port`)::
 
     gym-check ──/run──▶ Gym agent (SimpleAgentWithCompaction, revision venv, uvicorn)
                           │  ServerClient (aiohttp), peers resolved from the injected global config
@@ -16,6 +16,7 @@ Gym's servers find each other the way `ng_run` children do: the whole config tra
 from __future__ import annotations
 
 import json
+import itertools
 import os
 import socket
 import subprocess
@@ -44,9 +45,44 @@ RESOURCES_NAME = "compactsim_resources"
 START_TIMEOUT_S = 120.0
 
 
+#: Where the kernel's own port choices come from (`bind` to port 0, outgoing connections).
+_EPHEMERAL_RANGE_FILE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+#: The lowest port `free_port` picks from, below the ephemeral range.
+_LOWEST_PORT = 10_000
+_CALLS = itertools.count()
+
+
+def _ephemeral_low() -> int:
+    try:
+        return int(_EPHEMERAL_RANGE_FILE.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32_768  # Linux's default lower bound
+
+
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 the OS says is free now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+    """A TCP port on 127.0.0.1 that is free now, for a server started next with that port.
+
+    The port is handed to a process that binds it seconds later (Gym's servers import for ~8 s),
+    and `wait_http` then takes whatever answers there for it. A port from the kernel's ephemeral
+    range could meanwhile be given to any other socket binding port 0 (a test's server, an HTTP
+    client's connection) and a foreign server would answer — a 404 where Gym should be. So the
+    port is taken from below that range, where the kernel never assigns one by itself, and checked
+    free by binding it. Candidates walk the range from a point set by the process id and a call
+    counter (Knuth's multiplicative hash), so concurrent processes, such as two test workers each
+    starting a Gym stack, start far apart; no port reaches an artifact.
+    """
+    low, high = _LOWEST_PORT, _ephemeral_low() - 1
+    span = high - low + 1
+    start = (os.getpid() * 2_654_435_761 + next(_CALLS) * 40_503) % span if span > 0 else 0
+    for attempt in range(min(64, max(span, 0))):
+        port = low + (start + attempt * 7_919) % span
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind((HOST, port))
+            except OSError:
+                continue
+            return port
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:  # a crowded or unusual range: the kernel's pick
         s.bind((HOST, 0))
         return int(s.getsockname()[1])
 
