@@ -41,3 +41,14 @@ def example_transport() -> dict[str, Any]:
 def example_pr2870() -> dict[str, Any]:
     """The same rollout in the Gym PR #2870 shape (`rollout_trace_contract`)."""
     return json.loads((EXAMPLES / "gym-pr2870-transport-compacted-3call.json").read_text())
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Files holding `slow` tests first, each file's own order kept.
+
+    `make test` hands whole files to two pytest-xdist workers in this order (`--dist=loadfile
+    --no-loadscope-reorder`): the long end-to-end files start first and the many quick unit files
+    fill the gaps, instead of one long file running alone at the end.
+    """
+    slow_files = {item.path for item in items if item.get_closest_marker("slow") is not None}
+    items.sort(key=lambda item: item.path not in slow_files)  # stable: files and tests keep their order

@@ -44,7 +44,8 @@ class RowLoss:
     kl_sum: torch.Tensor
 
 
-def _estimator(x: torch.Tensor, kind: str) -> torch.Tensor:
+def kl_estimator(x: torch.Tensor, kind: str) -> torch.Tensor:
+    """Schulman's per-token KL estimators of §4.5, from ``x = ref − logprobs``, unclamped."""
     if kind == "k1":
         return -x
     if kind == "k2":
@@ -127,10 +128,10 @@ def row_loss(
         clamped = x.clamp(-c, c)
         weight = torch.where(clamped == x, weight, weight.detach())
         x = clamped
-    kl = weight * _estimator(x, s.reference_policy_kl_type)
+    kl = weight * kl_estimator(x, s.reference_policy_kl_type)
     if s.kl_output_clamp_value is not None:
         kl = kl.clamp(-s.kl_output_clamp_value, s.kl_output_clamp_value)
     return RowLoss(actor, beta * kl.sum())
 
 
-__all__ = ["NORMALIZER_EPS", "ImportanceWeights", "RowLoss", "importance_weights", "row_loss"]
+__all__ = ["NORMALIZER_EPS", "ImportanceWeights", "RowLoss", "importance_weights", "kl_estimator", "row_loss"]

@@ -51,7 +51,7 @@ from dataclasses import dataclass
 
 import torch
 
-from compactsim.harness.oracle.step_loss import NORMALIZER_EPS, importance_weights
+from compactsim.harness.oracle.step_loss import NORMALIZER_EPS, importance_weights, kl_estimator
 from compactsim.harness.oracle.step_settings import LossSettings
 
 
@@ -84,17 +84,6 @@ class LossMetrics:
     #: None unless truncated importance sampling is configured (the metric does not exist then).
     is_oob_ratio: float | None
     num_valid_samples: float
-
-
-def _estimator(x: torch.Tensor, kind: str) -> torch.Tensor:
-    """Schulman's per-token KL estimators of §4.5, from ``x = ref − logprobs``, unclamped."""
-    if kind == "k1":
-        return -x
-    if kind == "k2":
-        return 0.5 * x * x
-    if kind == "k3":
-        return torch.expm1(x) - x
-    raise ValueError(f"reference_policy_kl_type={kind!r}: expected k1, k2 or k3")
 
 
 def _ratios(lp: torch.Tensor, s: LossSettings) -> tuple[torch.Tensor, torch.Tensor]:
@@ -139,8 +128,8 @@ def loss_metrics(rows: Sequence[RowTokens], settings: LossSettings, *, n_tokens:
             highs.append(float(ratio.max()))
             low_clamped.append(float(clamped.min()))
             high_clamped.append(float(clamped.max()))
-        add("gen_kl", _estimator(prev - gen, s.reference_policy_kl_type))
-        add("policy_kl", _estimator(gen - prev, s.reference_policy_kl_type))
+        add("gen_kl", kl_estimator(prev - gen, s.reference_policy_kl_type))
+        add("policy_kl", kl_estimator(gen - prev, s.reference_policy_kl_type))
         log_m = torch.logaddexp(prev, gen) - math.log(2.0)  # log(½e^prev + ½e^gen)
         a, b = prev - log_m, gen - log_m
         add("js", 0.5 * (torch.expm1(a) - a) + 0.5 * (torch.expm1(b) - b))
