@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 # two pytest-xdist workers; one file's tests run on one worker, so a module fixture is built once
-# (the e2e default-suite run, a session fixture, is shared between workers: tests/e2e/conftest.py);
+# (the e2e default-suite run, a session fixture, is read by one file only: tests/e2e/conftest.py);
 # files are handed out in collection order, which tests/conftest.py starts with the slow files
 PYTEST_FLAGS ?= -q --durations=15 --numprocesses=2 --dist=loadfile --no-loadscope-reorder
 
