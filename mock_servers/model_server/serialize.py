@@ -1,7 +1,8 @@
 """Turn a `Generation` into vLLM chat-completion and Gym Responses JSON (dicts, stable bytes).
 
-The dicts hold ``routed_experts`` as an `ArrayJSON`, which only this module's `dumps` encodes
-(byte-for-byte as ``routes.tolist()`` would be): stdlib `json.dumps` refuses it.
+The dicts hold ``routed_experts`` as an `ArrayJSON` and chat ``logprobs.content`` as a
+`LogprobsJSON`: fragments only this module's `dumps` encodes, byte-for-byte as the plain lists
+they stand for would be, without building those lists (stdlib `json.dumps` refuses them).
 
 Chat completion (vLLM + the extensions Gym reads)::
 
@@ -24,6 +25,7 @@ and ``routed_experts``; ``status`` is "incomplete" with ``incomplete_details.rea
 from __future__ import annotations
 
 import json
+import math
 from functools import cached_property, lru_cache
 from typing import Any
 
@@ -46,6 +48,9 @@ class ArrayJSON:
     def fast_bytes(self) -> bytes | None:
         """The compact JSON of the array when the vectorised encoder applies, else None (kept for the ASCII retry)."""
         return _fast_int_array_json(self.array)
+
+    def plain(self) -> list:
+        return self.array.tolist()
 
 
 _PAD = 0xFF  # never an ASCII byte: marks suppressed leading-zero slots
@@ -112,10 +117,10 @@ _SLOT = "\x00compactsim.array_json.{}\x00"
 
 def _encode(obj: Any, ensure_ascii: bool, fragments: list[bytes] | None) -> bytes:
     def default(o: Any) -> Any:
-        if isinstance(o, ArrayJSON):
+        if isinstance(o, (ArrayJSON, LogprobsJSON)):
             fast = None if fragments is None else o.fast_bytes
             if fast is None:
-                return o.array.tolist()  # encoded by json itself, like the lists it stands for
+                return o.plain()  # encoded by json itself, like the lists it stands for
             fragments.append(fast)
             return _SLOT.format(len(fragments) - 1)
         raise TypeError(f"Object of type {o.__class__.__name__} is not JSON serializable")
@@ -151,7 +156,8 @@ def _dumps(obj: Any, ensure_ascii: bool) -> bytes:
 def dumps(obj: Any) -> bytes:
     """Compact JSON bytes; UTF-8 kept unless text holds escaped raw bytes (lone surrogates).
 
-    `ArrayJSON` values are written exactly as their ``tolist()`` would be, without building the lists.
+    Fragments (`ArrayJSON`, `LogprobsJSON`) are written exactly as their ``plain()`` lists would be,
+    without building those lists.
     """
     try:
         return _dumps(obj, ensure_ascii=False)
@@ -167,6 +173,83 @@ def _token_bytes(token_id: int) -> list[int]:
 
 def _token_name(token_id: int, as_ids: bool) -> str:
     return f"token_id:{token_id}" if as_ids else tok.token_repr(token_id)
+
+
+def _entry(token_id: int, logprob: float, as_ids: bool) -> dict[str, Any]:
+    return {"token": _token_name(token_id, as_ids), "logprob": logprob, "bytes": _token_bytes(token_id)}
+
+
+@lru_cache(maxsize=4096)
+def _entry_parts(token_id: Any, as_ids: bool) -> tuple[str, str] | None:
+    """The compact JSON of one logprob entry split around its logprob: ``{"token":..,"logprob":`` and
+    ``,"bytes":[..]`` (the dict left open); None when ASCII-escaped and UTF-8 output would differ."""
+    if type(token_id) is not int:
+        return None
+    entry = _entry(token_id, 0.0, as_ids)
+    ascii_, utf8 = (json.dumps(entry, ensure_ascii=a, separators=(",", ":")) for a in (True, False))
+    if ascii_ != utf8:
+        return None
+    head, tail = ascii_[:-1].split(',"logprob":0.0', 1)
+    return head + ',"logprob":', tail
+
+
+def _float_texts(values: Any) -> list[str] | None:
+    """json's text of each value (``float.__repr__``), written by json's C encoder in one call; None
+    unless every value is a finite float."""
+    if not values:
+        return []
+    if set(map(type, values)) != {float}:
+        return None
+    try:
+        return json.dumps(values, separators=(",", ":"), allow_nan=False)[1:-1].split(",")
+    except ValueError:  # NaN or infinity: the general encoder raises json's own error
+        return None
+
+
+class LogprobsJSON:
+    """A chat ``logprobs.content`` list standing in a body, encoded by `dumps` without building its dicts.
+
+    Each entry is ``{"token", "logprob", "bytes", "top_logprobs": [{"token", "logprob", "bytes"}]}``;
+    `plain` builds the lists themselves, which the fallback encodes and the tests compare against.
+    """
+
+    def __init__(self, ids: tuple[int, ...], logprobs: tuple[float, ...], top: tuple, as_ids: bool) -> None:
+        self.ids, self.logprobs, self.top, self.as_ids = ids, logprobs, top, as_ids
+
+    def plain(self) -> list[dict[str, Any]]:
+        out = []
+        for i, lp in enumerate(self.logprobs):
+            top = self.top[i] if i < len(self.top) else ()
+            out.append({**_entry(self.ids[i], lp, self.as_ids),
+                        "top_logprobs": [_entry(j, v, self.as_ids) for j, v in top]})
+        return out
+
+    @cached_property
+    def fast_bytes(self) -> bytes | None:
+        """The compact JSON of `plain`, or None when any value needs the general encoder (a logprob that
+        is not a finite float, which includes the NaN `dumps` refuses; an id that is not an int)."""
+        n = len(self.logprobs)
+        texts = _float_texts(self.logprobs)
+        parts = [_entry_parts(t, self.as_ids) for t in self.ids[:n]]
+        if texts is None or len(parts) < n or None in parts:
+            return None
+        entries = [head + text + tail for (head, tail), text in zip(parts, texts)]  # type: ignore[misc]
+        tops = [""] * n
+        for i, top in enumerate(self.top[:n]):
+            alts = self._top_texts(top)
+            if alts is None:
+                return None
+            tops[i] = alts
+        return ("[" + ",".join([e + ',"top_logprobs":[' + t + "]}" for e, t in zip(entries, tops)]) + "]").encode("ascii")
+
+    def _top_texts(self, top: Any) -> str | None:
+        """The inside of one ``top_logprobs`` list, or None when the general encoder must write it."""
+        pairs = list(top)
+        texts = _float_texts([v for _, v in pairs])
+        parts = [_entry_parts(j, self.as_ids) for j, _ in pairs]
+        if texts is None or None in parts:
+            return None
+        return ",".join([head + text + tail + "}" for (head, tail), text in zip(parts, texts)])  # type: ignore[misc]
 
 
 def _routes(gen: Generation) -> ArrayJSON | None:
@@ -193,17 +276,7 @@ def chat_completion(gen: Generation, *, model: str, request_digest: str, want_lo
         message["routed_experts"] = _routes(gen)
     logprobs = None
     if want_logprobs and gen.logprobs is not None:
-        content = []
-        for i, lp in enumerate(gen.logprobs):
-            t = gen.sampled_ids[i]
-            top = gen.top_logprobs[i] if i < len(gen.top_logprobs) else ()
-            content.append({
-                "token": _token_name(t, as_ids),
-                "logprob": lp,
-                "bytes": _token_bytes(t),
-                "top_logprobs": [{"token": _token_name(j, as_ids), "logprob": v, "bytes": _token_bytes(j)} for j, v in top],
-            })
-        logprobs = {"content": content}
+        logprobs = {"content": LogprobsJSON(gen.sampled_ids, gen.logprobs, gen.top_logprobs, as_ids)}
     choice: dict[str, Any] = {"index": 0, "message": message, "logprobs": logprobs, "finish_reason": finish, "stop_reason": None}
     body: dict[str, Any] = {
         "id": f"chatcmpl-{request_digest[:24]}",
@@ -251,4 +324,4 @@ def responses_body(gen: Generation, *, model: str, request_digest: str, tools: l
     }
 
 
-__all__ = ["ArrayJSON", "chat_completion", "dumps", "int_array_json", "responses_body"]
+__all__ = ["ArrayJSON", "LogprobsJSON", "chat_completion", "dumps", "int_array_json", "responses_body"]

@@ -1,4 +1,5 @@
-"""The vectorised routes encoder and the spliced `serialize.dumps` are byte-identical to json.dumps of plain lists."""
+"""The vectorised routes encoder, the logprobs fragment and the spliced `serialize.dumps` are byte-identical to
+json.dumps of plain lists."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
+from compactsim.harness.core import tokenizer as tok
 from compactsim.harness.core.chat_template import ParsedCompletion, ToolCall
 from compactsim.mock_servers.model_server import serialize
 from compactsim.mock_servers.model_server.engine import CallKey, Generation
@@ -24,9 +26,24 @@ def reference_list_json(a: np.ndarray) -> bytes:
     return json.dumps(a.tolist(), separators=(",", ":")).encode()
 
 
+def reference_content(ids: tuple, logprobs: tuple, top: tuple, as_ids: bool) -> list[dict[str, Any]]:
+    """vLLM's ``logprobs.content`` built as dicts, the way the serializer did before its fragment."""
+    def name(t: int) -> str:
+        return f"token_id:{t}" if as_ids else tok.token_repr(t)
+
+    def raw(t: int) -> list[int]:
+        return list(tok.SPECIAL_TOKENS[t].encode("utf-8")) if tok.is_special(t) else [t - tok.BYTE_OFFSET]
+
+    return [{"token": name(t), "logprob": lp, "bytes": raw(t),
+             "top_logprobs": [{"token": name(j), "logprob": v, "bytes": raw(j)} for j, v in (top[i] if i < len(top) else ())]}
+            for i, (t, lp) in enumerate(zip(ids, logprobs))]
+
+
 def _plain(obj: Any) -> Any:
     if isinstance(obj, serialize.ArrayJSON):
         return obj.array.tolist()
+    if isinstance(obj, serialize.LogprobsJSON):
+        return reference_content(obj.ids, obj.logprobs, obj.top, obj.as_ids)
     if isinstance(obj, dict):
         return {k: _plain(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
@@ -212,3 +229,79 @@ def test_fast_path_taken_and_collisions_fall_back(monkeypatch: pytest.MonkeyPatc
     for body in _bodies(gen, SLOT0):  # the model name is the placeholder: spliced nowhere, plain lists instead
         assert serialize.dumps(body) == reference_dumps(body)
     assert results == [False, False, False]
+
+
+# ------------------------------------------------------------------ the logprobs fragment
+
+TOKEN_IDS = st.integers(0, tok.VOCAB_SIZE - 1)
+LOGPROBS = st.one_of(st.floats(max_value=0.0), st.floats(allow_nan=True, allow_infinity=True),
+                     st.sampled_from([-0.0, 0.0, -1e-7, -5e-324, -1e16, -1e300, -2.5, -(2.0**53) - 2.0]))
+
+
+@st.composite
+def logprob_contents(draw: st.DrawFn) -> tuple[tuple, tuple, tuple]:
+    n = draw(st.integers(0, 12))
+    ids = tuple(draw(st.lists(TOKEN_IDS, min_size=n, max_size=n)))
+    lps = tuple(draw(st.lists(LOGPROBS, min_size=n, max_size=n)))
+    top = tuple(tuple(draw(st.lists(st.tuples(TOKEN_IDS, LOGPROBS), max_size=3))) for _ in range(draw(st.integers(0, n))))
+    return ids, lps, top
+
+
+@settings(max_examples=600, deadline=None)
+@given(content=logprob_contents(), as_ids=st.booleans(), text=TEXT)
+def test_logprobs_fragment_is_byte_identical_or_fails_alike(content: tuple, as_ids: bool, text: str) -> None:
+    ids, lps, top = content
+    body = {"m": text, "logprobs": {"content": serialize.LogprobsJSON(ids, lps, top, as_ids)}, "n": [1.5, None]}
+    try:
+        expected: bytes | Exception = reference_dumps(body)
+    except ValueError as exc:  # NaN or infinity: refused either way, with json's own message
+        expected = exc
+    if isinstance(expected, Exception):
+        with pytest.raises(ValueError, match="Out of range float values are not JSON compliant"):
+            serialize.dumps(body)
+    else:
+        assert serialize.dumps(body) == expected
+
+
+def test_logprobs_fragment_covers_every_token_name() -> None:
+    ids = tuple(range(tok.VOCAB_SIZE))
+    lps = tuple(-(i + 1) / 7 for i in ids)
+    top = tuple(((j, -0.5), (tok.VOCAB_SIZE - 1 - j, -1e-9)) for j in ids)
+    for as_ids in (True, False):
+        frag = serialize.LogprobsJSON(ids, lps, top, as_ids)
+        assert frag.fast_bytes is not None
+        assert frag.fast_bytes == json.dumps(reference_content(ids, lps, top, as_ids), separators=(",", ":")).encode()
+        assert frag.plain() == reference_content(ids, lps, top, as_ids)
+
+
+@pytest.mark.parametrize("lps", [(-0.5, math.nan), (math.inf,), (-1, -0.5), (np.float64(-0.5),), (True,)])
+def test_logprobs_fragment_leaves_other_values_to_json(lps: tuple) -> None:
+    frag = serialize.LogprobsJSON(tuple(range(10, 10 + len(lps))), lps, (), True)
+    assert frag.fast_bytes is None
+    body = {"content": frag}
+    if all(isinstance(v, (int, float)) and math.isfinite(v) for v in lps):
+        assert serialize.dumps(body) == reference_dumps(body)
+    else:
+        with pytest.raises(ValueError, match="Out of range float values are not JSON compliant"):
+            serialize.dumps(body)
+
+
+def test_logprobs_fragment_in_a_chat_body_takes_the_fast_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    counts: list[int] = []
+    splice = serialize._splice
+
+    def spy(data: bytes, fragments: list[bytes]) -> bytes | None:
+        counts.append(len(fragments))
+        return splice(data, fragments)
+
+    monkeypatch.setattr(serialize, "_splice", spy)
+    gen = _generation(20, scripted_routes(5, "r", 1, 20, 2, 4, 2), content="x", reasoning=None, tool_name="", arguments="")
+    body = serialize.chat_completion(gen, model="m", request_digest="ab" * 32, want_logprobs=True, as_ids=True,
+                                     return_token_ids=True)
+    got = serialize.dumps(body)
+    assert counts == [2]  # the routes and the logprobs, both spliced
+    assert got == reference_dumps(body)
+    assert json.loads(got)["choices"][0]["logprobs"]["content"][1] == {
+        "token": "token_id:101", "logprob": -1.5, "bytes": [101 - tok.BYTE_OFFSET],
+        "top_logprobs": [{"token": "token_id:101", "logprob": -0.25, "bytes": [101 - tok.BYTE_OFFSET]},
+                         {"token": "token_id:2", "logprob": -2.0, "bytes": list(tok.SPECIAL_TOKENS[2].encode())}]}
