@@ -99,6 +99,7 @@ def test_failed_scenario_still_writes_its_artifacts(tmp_path: Path):
     assert summary["counts"] == {"failed": 1, "findings": len(run.record.findings), "passed": 0, "scenarios": 1}
 
 
+@pytest.mark.slow  # two whole runs, one on worker processes (~11 s)
 def test_summary_json_is_byte_identical_across_two_runs_in_process_and_on_worker_processes(tmp_path: Path):
     scenarios = resolve_scenarios(list(SMALL))
     options = RunOptions(seed=3)

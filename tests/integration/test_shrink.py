@@ -11,7 +11,7 @@ from compactsim.scenarios.catalogue import dump_scenario, parse_scenarios
 from compactsim.scenarios.model import Scenario
 from compactsim.scenarios.strategies import scenarios
 
-pytestmark = [pytest.mark.timeout(600), pytest.mark.filterwarnings("ignore::DeprecationWarning")]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600), pytest.mark.filterwarnings("ignore::DeprecationWarning")]  # ~16 s of runs
 
 BROKEN = RunOptions(backend="tests.quality.broadcast_first_advantage:Backend")
 

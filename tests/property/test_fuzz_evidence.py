@@ -6,6 +6,7 @@ seed payload and operators; shrink it, then add it under `tests/fixtures/fuzz_re
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -25,6 +26,7 @@ class DataChooser:
         return self._data.draw(st.integers(lo, hi))
 
 
+@pytest.mark.slow  # 2,500 cases (~11 s); make test runs it, make fuzz runs the long form
 @settings(max_examples=CI_EXAMPLES, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(st.data())
 def test_fuzzed_evidence_gets_a_valid_plan_or_a_typed_error(data):
