@@ -19,14 +19,26 @@ except ImportError:  # pragma: no cover - depends on the installed Typer
 
 
 def _asks_for_json(command: Any, args: Sequence[str]) -> bool:
-    """Whether `command` has a `--json` option and `args` (its own, as typed) give it before any `--`."""
+    """Whether `command` has a `--json` option and `args` (its own, as typed) give it before any `--`.
+
+    A ``--json`` right after an option that takes a value is that value (``run --seed --json``:
+    Click hands it to `--seed`), not the flag.
+    """
     if not any("--json" in (getattr(p, "opts", None) or ()) for p in command.params):
         return False
+    takes_value = {opt for p in command.params
+                   if getattr(p, "param_type_name", None) == "option" and not getattr(p, "is_flag", False)
+                   and not getattr(p, "count", False) for opt in getattr(p, "opts", ())}
+    skip = False
     for arg in args:
+        if skip:
+            skip = False
+            continue
         if arg == "--":
             return False
         if arg == "--json":
             return True
+        skip = arg in takes_value  # `--seed 3`; `--seed=3` carries its value inside
     return False
 
 

@@ -128,6 +128,17 @@ def test_json_after_double_dash_is_an_argument_not_the_flag(tmp_path: Path):
     assert result.stdout == "" and "Invalid value for '--dp-size'" in result.stderr
 
 
+@pytest.mark.parametrize("argv", [["run", "--seed", "--json"], ["materialize", "FILE", "--dp-size", "--json"],
+                                  ["run", "--out", "--json", "--seed", "x"]],
+                         ids=["run --seed --json", "materialize --dp-size --json", "run --out --json"])
+def test_json_taken_as_an_options_value_is_not_the_flag(argv: list[str], tmp_path: Path):
+    """Click hands the word after an option that takes a value to that option, `--json` included."""
+    result = runner.invoke(app, _argv(argv, tmp_path))
+    assert result.exit_code == 2, result.output
+    assert result.stdout == "" and "Usage: compactsim" in result.stderr
+    assert "Invalid value for '--" in result.stderr and '"error_code"' not in result.stderr
+
+
 def test_a_json_run_of_a_real_process_prints_only_json(tmp_path: Path):
     """Through the installed entry point (not CliRunner): stdout is one JSON object, stderr empty, exit 2."""
     import subprocess

@@ -193,6 +193,9 @@ FORGED: dict[str, tuple[str, Edit, int | None, str, str]] = {
                           "span [0, 99) is not inside the row's 5 positions"),
     "rows_digest_upper": (ROWS, _line(0, _set("pixel_digests", 0, value=DIGEST_A.upper())), 1, "pixel_digests/0",
                           "does not match"),
+    # Python's `$` also matches before a final newline; the exact length refuses it in both validators
+    "rows_digest_newline": (ROWS, _line(0, _set("pixel_digests", 0, value=DIGEST_A + "\n")), 1, "pixel_digests/0",
+                            "is too long"),
     "rows_media_number": (ROWS, _line(1, _set("media_ids", 1, value=2)), 2, "media_ids/1", "is not of type 'string'"),
     "rows_sample_mask_2": (ROWS, _line(0, _set("sample_mask", value=2.0)), 1, "sample_mask",
                            "2.0 is greater than the maximum of 1"),
