@@ -25,7 +25,6 @@ and ``routed_experts``; ``status`` is "incomplete" with ``incomplete_details.rea
 from __future__ import annotations
 
 import json
-import math
 from functools import cached_property, lru_cache
 from typing import Any
 
