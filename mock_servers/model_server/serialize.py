@@ -178,7 +178,7 @@ def _entry(token_id: int, logprob: float, as_ids: bool) -> dict[str, Any]:
     return {"token": _token_name(token_id, as_ids), "logprob": logprob, "bytes": _token_bytes(token_id)}
 
 
-@lru_cache(maxsize=4096)
+@lru_cache(maxsize=4096, typed=True)  # typed: True and 1.0 are equal keys to 1, but not ints
 def _entry_parts(token_id: Any, as_ids: bool) -> tuple[str, str] | None:
     """The compact JSON of one logprob entry split around its logprob: ``{"token":..,"logprob":`` and
     ``,"bytes":[..]`` (the dict left open); None when ASCII-escaped and UTF-8 output would differ."""

@@ -305,3 +305,11 @@ def test_logprobs_fragment_in_a_chat_body_takes_the_fast_path(monkeypatch: pytes
         "token": "token_id:101", "logprob": -1.5, "bytes": [101 - tok.BYTE_OFFSET],
         "top_logprobs": [{"token": "token_id:101", "logprob": -0.25, "bytes": [101 - tok.BYTE_OFFSET]},
                          {"token": "token_id:2", "logprob": -2.0, "bytes": list(tok.SPECIAL_TOKENS[2].encode())}]}
+
+
+def test_an_id_equal_to_an_int_but_not_one_is_not_served_the_ints_cached_entry() -> None:
+    serialize.LogprobsJSON((1,), (-0.5,), (), True).fast_bytes  # caches the entry of id 1
+    for odd in (True, np.int64(1)):
+        frag = serialize.LogprobsJSON((odd,), (-0.5,), (), True)
+        assert frag.fast_bytes is None
+        assert serialize.dumps({"c": frag}) == reference_dumps({"c": frag})
