@@ -11,6 +11,17 @@ from compactsim.harness.pipeline.loss import LossOutput
 
 
 @contextmanager
+def attribute_replaced(owner: Any, name: str, new: Any) -> Iterator[Any]:
+    """Run with `owner.name` (a trainer function, say) set to `new`; yields the original, restored afterwards."""
+    original = getattr(owner, name)
+    setattr(owner, name, new)
+    try:
+        yield original
+    finally:
+        setattr(owner, name, original)
+
+
+@contextmanager
 def loss_replaced(wrap: Callable[[Callable[..., LossOutput]], Callable[..., LossOutput]]) -> Iterator[None]:
     """Run the reference trainer with `clipped_pg_loss` replaced by `wrap(original)`; restored afterwards."""
     original = trainer_module.clipped_pg_loss

@@ -32,6 +32,12 @@ BROKEN = (
     "stale_weights_reloaded",
     "kl_penalty_times_beta",
     "valid_counts_ignore_sample_mask",
+    "kl_not_dp_scaled",
+    "clip_skipped_under_dp",
+    "dual_clip_without_sign_guard",
+    "warmup_then_constant_lr_third",
+    "sample_mask_lost_under_dp",
+    "reference_without_route_replay",
 )
 #: Backends that train right but report one loss metric wrong: `train.metric` must name `EXPECTED_KEY`.
 MISREPORTING = (

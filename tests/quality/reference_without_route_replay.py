@@ -1,0 +1,40 @@
+"""Broken backend: the reference policy's logprobs are computed without router replay (its router decides).
+
+The KL term then compares the policy under the recorded routes with a reference under different ones; NeMo-RL
+computes the reference logprobs from the same `logprob_data`, routed experts included, as `prev` (§2.5, §3.4).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from compactsim.harness.core.batch import TraceBatch
+from compactsim.harness.core.policy import TinyPolicy
+from compactsim.harness.pipeline import trainer as trainer_module
+from compactsim.harness.pipeline.backend import ReferenceBackend
+from compactsim.harness.pipeline.train_config import TrainerConfig
+from compactsim.harness.pipeline.trainer import StepResult, TrainState
+from tests.quality._patching import attribute_replaced
+
+EXPECTED_CHECK = "train.loss"
+SCENARIO = "several-boundaries-in-one-rollout"
+
+
+class Backend(ReferenceBackend):
+    """Drops the routes from the reference policy's logprob pass only; the policy's own passes replay them."""
+
+    name = "reference-without-route-replay"
+
+    def train_step(self, state: TrainState, batch: TraceBatch, cfg: TrainerConfig) -> StepResult:
+        all_logprobs = trainer_module._all_logprobs
+
+        def logprobs(policy: TinyPolicy, batch_: TraceBatch, microbatches: Sequence[tuple[int, range]],
+                     row_images: Sequence[list[torch.Tensor]], row_routes: torch.Tensor | None) -> torch.Tensor:
+            if policy is state.reference:
+                row_routes = None
+            return all_logprobs(policy, batch_, microbatches, row_images, row_routes)
+
+        with attribute_replaced(trainer_module, "_all_logprobs", logprobs):
+            return super().train_step(state, batch, cfg)
