@@ -8,8 +8,8 @@ STAMP := $(VENV)/.installed
 # files are handed out in collection order, which tests/conftest.py starts with the slow files
 PYTEST_FLAGS ?= -q --durations=15 --numprocesses=2 --dist=loadfile --no-loadscope-reorder
 # Python's bytecode cache (__pycache__, git-ignored) stays on even where the environment turns it off:
-# the tests start hundreds of CLI, server and worker processes, and without the cache each one
-# compiles compactsim again (a quarter of the CLI tests' time)
+# the tests start many CLI, server and worker processes, and without the cache each one
+# compiles compactsim again (about half a second of each `compactsim list`)
 unexport PYTHONDONTWRITEBYTECODE
 
 .PHONY: run test test-fast fuzz bench clean
