@@ -15,7 +15,8 @@ import numpy as np
 from compactsim.harness.core import tokenizer as tok
 from compactsim.harness.core.seeds import derive_int, uniform01
 
-_MASK = np.uint64(0xFFFFFFFFFFFFFFFF)
+_GAMMA, _MIX1, _MIX2 = np.uint64(0x9E3779B97F4A7C15), np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
+_SHIFT30, _SHIFT27, _SHIFT31 = np.uint64(30), np.uint64(27), np.uint64(31)
 
 #: Byte tokens policy mode may sample in free text: printable ASCII (0x20..0x7E), so sampled
 #: text is always valid UTF-8 and parses back to the same ids.
@@ -23,17 +24,26 @@ TEXT_ALPHABET: np.ndarray = np.arange(tok.BYTE_OFFSET + 0x20, tok.BYTE_OFFSET + 
 
 
 def splitmix64(x: np.ndarray) -> np.ndarray:
-    """The splitmix64 finaliser over a uint64 array (wrapping arithmetic)."""
-    with np.errstate(over="ignore"):
-        z = (x + np.uint64(0x9E3779B97F4A7C15)) & _MASK
-        z = ((z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)) & _MASK
-        z = ((z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)) & _MASK
-        return z ^ (z >> np.uint64(31))
+    """The splitmix64 finaliser over a uint64 array (arithmetic mod 2**64), as a new array.
+
+    numpy wraps uint64 array arithmetic silently (only operations on scalars warn), so the
+    steps run in place on a 1-d copy, without masks or an error-state context.
+    """
+    z = np.asarray(x, dtype=np.uint64)
+    shape = z.shape
+    z = z.reshape(-1) + _GAMMA  # a new 1-d array: the caller's is never written
+    z ^= z >> _SHIFT30
+    z *= _MIX1
+    z ^= z >> _SHIFT27
+    z *= _MIX2
+    z ^= z >> _SHIFT31
+    return z.reshape(shape)
 
 
 def _counter_u64(key: int, counters: np.ndarray) -> np.ndarray:
-    with np.errstate(over="ignore"):
-        return splitmix64((np.uint64(key) + counters.astype(np.uint64)) & _MASK)
+    """``splitmix64(key + counter)`` per counter (mod 2**64), in the counters' shape."""
+    c = np.asarray(counters).astype(np.uint64)
+    return splitmix64(c.reshape(-1) + np.uint64(key)).reshape(c.shape)  # 1-d: array arithmetic wraps silently
 
 
 def scripted_logprobs(seed: int, rollout_id: str, call: int, positions: np.ndarray) -> np.ndarray:
