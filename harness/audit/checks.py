@@ -434,7 +434,12 @@ def check_rollout_advantages(
 
 
 def check_padding(report: Reporter, observed: ObservedStep, expected_real_rows: int | None) -> list[Finding]:
-    """Padding rows come last, weigh nothing, and make the row count exactly divisible."""
+    """Padding rows come last, weigh nothing, and make the row count exactly divisible.
+
+    A padding row holds no token or one: NeMo-RL's trace batch writes one pad token
+    (``input_lengths == 1``, zero mask, advantage and sample_mask; the PR reference's facts read
+    from its code), compactsim's own batches none. Either weighs nothing; a longer one is a finding.
+    """
     out: list[Finding] = []
     rows = observed.rows
     seen_padding: int | None = None
@@ -443,7 +448,7 @@ def check_padding(report: Reporter, observed: ObservedStep, expected_real_rows: 
             if seen_padding is None:
                 seen_padding = row.row_index
             weight = (bool(np.any(np.asarray(row.token_mask) != 0)) or bool(np.any(np.asarray(row.advantages) != 0))
-                      or row.sample_mask != 0 or row.length != 0)
+                      or row.sample_mask != 0 or row.length > 1)
             if weight:
                 out.append(report("padding.weight", f"padding row {row.row_index} has mask sum "
                                   f"{float(np.sum(row.token_mask))}, sample_mask {row.sample_mask}, length {row.length}",

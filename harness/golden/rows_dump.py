@@ -9,7 +9,7 @@ One line per training row (schema ``rows-dump``, `compactsim schema rows-dump`):
 
 `input_ids` are the row's unpadded tokens; `token_mask` (or `mask_spans`, half-open ``[start,
 end)`` spans), `generation_logprobs` and `advantages` have one entry per token. A padding row
-has ``parent_index: -1`` and no tokens. A trainer that refuses a step writes one error line
+has ``parent_index: -1`` and no tokens (or one pad token, with zero mask and advantage). A trainer that refuses a step writes one error line
 instead of its rows: ``{"scenario": ..., "step": k, "error": {"code": ..., "rollout_id": ...,
 "turn_id": ...}}``. Line order never matters. A malformed line is a `RowsDumpError` naming the
 line number and the field.
