@@ -73,6 +73,8 @@ def reduce_scenario(scenario: Any, knobs: Knobs) -> Any | None:
         data["rollouts"] = overrides
     if "mask_sample" in data:
         data["mask_sample"] = [i for i in data["mask_sample"] if i < data["group_size"]]
+    if "tasks" in data:
+        data["tasks"] = data["tasks"][: data["groups"]]
     try:
         return Scenario.model_validate(data)
     except (ValidationError, ConfigError, ValueError):

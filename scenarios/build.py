@@ -44,9 +44,9 @@ def group_id(step: int, group: int) -> str:
     return f"s{step}-g{group}"
 
 
-def task_id(group: int) -> str:
-    """``task-{group}``: the task a group's prompt asks, the same at every step."""
-    return f"task-{group}"
+def task_id(task: int) -> str:
+    """``task-{task}``: the id of task number `task` (`Scenario.task_of`), the same at every step."""
+    return f"task-{task}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,16 +93,16 @@ def rollout_seed(scenario: Scenario, slot: RolloutSlot) -> int:
 
 def rollout_spec(scenario: Scenario, slot: RolloutSlot) -> RolloutSpec:
     """The agents' spec of one rollout, overrides applied."""
-    g, i = slot.group, slot.index
+    g, i, t = slot.group, slot.index, scenario.task_of(slot.group)
     script_spec = scenario.setting("script", g, i)
-    script = script_spec.build(derive_int(scenario.seed, "scenario.script", group=g))
+    script = script_spec.build(derive_int(scenario.seed, "scenario.script", group=t))  # groups of one task: one script
     if scenario.groups > 1:
-        script = script.model_copy(update={"task": f"{script.task} [task {g}]"})
+        script = script.model_copy(update={"task": f"{script.task} [task {t}]"})
     max_output_tokens = scenario.setting("max_output_tokens", g, i)
     return RolloutSpec(
         rollout_id=slot.rollout_id,
         group_id=slot.group_id,
-        task_id=task_id(g),
+        task_id=task_id(t),
         rollout_index=i,
         attempt_index=0,
         seed=rollout_seed(scenario, slot),

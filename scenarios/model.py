@@ -9,7 +9,9 @@ only: `compactsim.scenarios.build` turns it into rollout specs and server settin
 the agents' ground-truth logs into exact expectations.
 
 Rollouts are addressed by (step, group, index): rollout ``s{step}-g{group}-r{index}`` of group
-``s{step}-g{group}`` of task ``task-{group}``. Every rollout of a group runs the same script
+``s{step}-g{group}`` of task ``task-{group}`` (``task-{tasks[group]}`` when `tasks` is given: groups
+with the same task number share the task id and the first prompt, as when a step draws one task
+twice, yet keep their own group ids). Every rollout of a group runs the same script
 unless an entry of `rollouts` overrides it, so "only some rollouts of a group compact" is one
 override.
 """
@@ -323,6 +325,9 @@ class Scenario(_Strict):
     #: Prompt groups per step (= grpo.num_prompts_per_step) and rollouts per group (= num_generations_per_prompt).
     groups: int = Field(1, ge=1, le=MAX_GROUPS)
     group_size: int = Field(2, ge=1, le=MAX_GROUP_SIZE)
+    #: Task number of each group (one per group; default: group g asks task g). Groups given the same
+    #: number share the task (task id and first prompt) but keep distinct group ids.
+    tasks: tuple[Annotated[int, Field(ge=0, lt=MAX_GROUPS)], ...] | None = None
     script: ScriptSpec = ScriptSpec(generate=TurnsGenerator())
     compaction: CompactionRef = "identity"
     flavour: Flavour = "gym-0.7.0-transport"
@@ -395,6 +400,9 @@ class Scenario(_Strict):
                 problems.append(f"rollouts[{k}].index={o.index} is outside the group (group_size={self.group_size})")
             if o.group is not None and o.group >= self.groups:
                 problems.append(f"rollouts[{k}].group={o.group} is outside groups={self.groups}")
+        if self.tasks is not None and len(self.tasks) != self.groups:
+            problems.append(f"tasks {list(self.tasks)} has {len(self.tasks)} task number(s); give one per group "
+                            f"(groups={self.groups})")
         bad_mask = [i for i in self.mask_sample if not 0 <= i < self.group_size]
         if bad_mask:
             problems.append(f"mask_sample {bad_mask} names rollout indices outside the group (group_size={self.group_size})")
@@ -455,6 +463,10 @@ class Scenario(_Strict):
             if o.applies(group, index):
                 found = o
         return found
+
+    def task_of(self, group: int) -> int:
+        """The task number group `group` asks (`tasks[group]`, else `group`)."""
+        return self.tasks[group] if self.tasks is not None else group
 
     def setting(self, name: str, group: int, index: int) -> Any:
         """A per-rollout setting: the override's value when it sets one, else the scenario's."""
@@ -522,6 +534,8 @@ class Scenario(_Strict):
             why.append("explicit turns")
         if self.rollouts:
             why.append("per-rollout overrides")
+        if self.tasks is not None:
+            why.append("explicit tasks")
         if self.rewards.pattern is None:
             why.append(f"{self.rewards.kind} rewards")
         if not isinstance(self.compaction, str):

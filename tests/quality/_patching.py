@@ -59,3 +59,32 @@ def next_token_frame(kwargs: dict[str, Any]) -> tuple[Any, Any, Any]:
     prev = kwargs["prev_logprobs"][:, 1:].to(torch.float64)
     mask = token_mask[:, 1:].to(torch.float64) * kwargs["sample_mask"].to(torch.float64)[:, None]
     return curr, prev, mask
+
+
+def materialized_with_groups_by(plans: Any, cfg: Any, key: Callable[[Any], str]) -> Any:
+    """The reference's batch with GRPO groups formed by `key(evidence)` instead of the contract's group key.
+
+    Order, identity and group-size checks and rewards are the reference's (so the batch is accepted);
+    only the baseline, std and advantage of each rollout come from the regrouped rewards.
+    """
+    from dataclasses import replace
+
+    import numpy as np
+
+    from compactsim.harness.pipeline.advantages import compute_logical_advantages, grpo_advantages
+    from compactsim.harness.pipeline.materializer import prepare_trace_batch
+
+    acfg = cfg.advantage_config()
+    ref = compute_logical_advantages([p.evidence for p in plans], acfg)
+    by_id = {p.evidence.rollout_id: p.evidence for p in plans}
+    groups: dict[str, list[int]] = {}
+    for k, rid in enumerate(ref.rollout_ids):
+        groups.setdefault(key(by_id[rid]), []).append(k)
+    adv, base, std = (np.zeros(len(ref.rollout_ids)) for _ in range(3))
+    for idx in groups.values():
+        adv[idx], base[idx], std[idx] = grpo_advantages(
+            [ref.rewards[k] for k in idx], leave_one_out=acfg.use_leave_one_out_baseline,
+            normalize=acfg.normalize_rewards, clip_low=acfg.advantage_clip_low, clip_high=acfg.advantage_clip_high)
+    logical = replace(ref, baselines=tuple(map(float, base)), stds=tuple(map(float, std)),
+                      advantages=tuple(map(float, adv)))
+    return prepare_trace_batch(plans, None, logical, cfg.materialize_config())

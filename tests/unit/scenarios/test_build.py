@@ -45,6 +45,41 @@ def test_rollouts_are_addressed_by_step_group_and_index():
         slot_of(s, "s9-g0-r0")
 
 
+def test_groups_sharing_a_task_share_task_id_and_first_prompt_but_keep_their_group_and_rollout_keys():
+    s = _s(groups=3, group_size=2, tasks=[1, 0, 1], script={"generate": {"turns": 2}})
+    specs = step_specs(s, 0)
+    assert [(sp.group_id, sp.task_id) for sp in specs] == [
+        ("s0-g0", "task-1"), ("s0-g0", "task-1"), ("s0-g1", "task-0"), ("s0-g1", "task-0"), ("s0-g2", "task-1"),
+        ("s0-g2", "task-1")]
+    assert specs[0].script == specs[4].script != specs[2].script  # one task, one script
+    assert (specs[0].script.task, specs[2].script.task) == ("Open the settings app. [task 1]", "Open the settings app. [task 0]")
+    assert sorted(model_server_settings(s)["script"]) == [sp.rollout_id for sp in specs]
+    col = collect_step(s)
+    contracts = [c.result["response"]["context_compaction_contract"] for c in col]
+    assert [(k["rollout_id"], k["group_id"], k["task_id"]) for k in contracts] == [
+        (sp.rollout_id, sp.group_id, sp.task_id) for sp in specs]
+    first = [c.ground_truth["calls"][0]["received"]["prompt_token_ids"] for c in col]
+    assert first[0] == first[1] == first[4] == first[5] != first[2]
+    # the server keys calls by rollout id, not by prompt: same prompt, own logprobs, reproducibly
+    logprobs = [tuple(c.ground_truth["calls"][0]["received"]["generation_log_probs"]) for c in col]
+    assert len(set(logprobs)) == 6
+    assert [c.artifact_digest() for c in collect_step(s)] == [c.artifact_digest() for c in col]
+
+
+def test_the_mock_server_keys_rollouts_of_a_shared_task_apart():
+    from compactsim.agents.collect import InProcessServers
+    from compactsim.agents.rollout.loop import RetryPolicy, ScriptedAgent
+
+    s = _s(groups=2, group_size=1, tasks=[0, 0], script={"generate": {"turns": 2}})
+    specs = step_specs(s, 0)
+    with InProcessServers(model_server_settings(s), reward_server_settings(s)).open() as (model, _):
+        records = [ScriptedAgent(model, retry=RetryPolicy()).run(sp) for sp in specs]
+        log = model.get("/request_log").json()["entries"]
+    assert [(e["rollout_id"], e["turn"]) for e in log] == [("s0-g0-r0", 1), ("s0-g0-r0", 2), ("s0-g1-r0", 1), ("s0-g1-r0", 2)]
+    a, b = ([c.observed.prompt_token_ids for c in r.calls] for r in records)
+    assert a[0] == b[0]
+
+
 def test_specs_carry_overrides_flavour_endpoint_and_sampling():
     s = _s(group_size=3, compaction="recency-images-k1", endpoint="chat", max_output_tokens=64,
            rollouts=[{"index": 1, "compaction": "identity", "flavour": "gym-pr2870", "send_required_prefix": False,

@@ -117,10 +117,24 @@ def test_training_recipe_maps_a_uniform_scenario_and_refuses_the_rest():
         ({"metrics": {"loss": {"below": 1}}}, "unknown check(s) ['below']"),
         ({"groups": 0}, "greater than or equal to 1"),
         ({"steps": 101}, "less than or equal to 100"),
+        ({"groups": 2, "tasks": [0]}, "tasks [0] has 1 task number(s); give one per group (groups=2)"),
+        ({"groups": 2, "tasks": [0, 0, 1]}, "tasks [0, 0, 1] has 3 task number(s); give one per group (groups=2)"),
+        ({"groups": 2, "tasks": [0, -1]}, "tasks.1\n  Input should be greater than or equal to 0"),
+        ({"groups": 2, "tasks": [0, 8]}, "tasks.1\n  Input should be less than 8"),
+        ({"groups": 2, "tasks": [0, "a"]}, "tasks.1\n  Input should be a valid integer"),
     ],
 )
 def test_invalid_scenarios_are_rejected_naming_the_field(data, message):
     assert message in _error(**data)
+
+
+def test_tasks_map_groups_to_task_numbers_and_default_to_one_task_per_group():
+    s = _s(groups=3, tasks=[1, 0, 1])
+    assert [s.task_of(g) for g in range(3)] == [1, 0, 1]
+    assert [_s(groups=3).task_of(g) for g in range(3)] == [0, 1, 2]
+    assert Scenario.model_validate(s.to_data()) == s and s.to_data()["tasks"] == [1, 0, 1]
+    with pytest.raises(ConfigError, match="explicit tasks"):
+        s.training_recipe()
 
 
 def test_rewards_rule_json_is_the_reward_servers_rule():
