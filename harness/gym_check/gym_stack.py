@@ -15,8 +15,8 @@ Gym's servers find each other the way `ng_run` children do: the whole config tra
 
 from __future__ import annotations
 
-import json
 import itertools
+import json
 import os
 import socket
 import subprocess

@@ -228,27 +228,25 @@ class LogprobsJSON:
         """The compact JSON of `plain`, or None when any value needs the general encoder (a logprob that
         is not a finite float, which includes the NaN `dumps` refuses; an id that is not an int)."""
         n = len(self.logprobs)
-        texts = _float_texts(self.logprobs)
-        parts = [_entry_parts(t, self.as_ids) for t in self.ids[:n]]
-        if texts is None or len(parts) < n or None in parts:
+        entries = self._entry_texts(self.ids[:n], self.logprobs) if len(self.ids) >= n else None
+        if entries is None:
             return None
-        entries = [head + text + tail for (head, tail), text in zip(parts, texts)]  # type: ignore[misc]
         tops = [""] * n
         for i, top in enumerate(self.top[:n]):
-            alts = self._top_texts(top)
+            pairs = list(top)
+            alts = self._entry_texts([j for j, _ in pairs], [v for _, v in pairs])
             if alts is None:
                 return None
-            tops[i] = alts
+            tops[i] = ",".join([alt + "}" for alt in alts])
         return ("[" + ",".join([e + ',"top_logprobs":[' + t + "]}" for e, t in zip(entries, tops)]) + "]").encode("ascii")
 
-    def _top_texts(self, top: Any) -> str | None:
-        """The inside of one ``top_logprobs`` list, or None when the general encoder must write it."""
-        pairs = list(top)
-        texts = _float_texts([v for _, v in pairs])
-        parts = [_entry_parts(j, self.as_ids) for j, _ in pairs]
+    def _entry_texts(self, ids: Any, logprobs: Any) -> list[str] | None:
+        """Each entry's JSON without its closing brace, or None when the general encoder must write them."""
+        texts = _float_texts(logprobs)
+        parts = [_entry_parts(t, self.as_ids) for t in ids]
         if texts is None or None in parts:
             return None
-        return ",".join([head + text + tail + "}" for (head, tail), text in zip(parts, texts)])  # type: ignore[misc]
+        return [head + text + tail for (head, tail), text in zip(parts, texts)]  # type: ignore[misc]
 
 
 def _routes(gen: Generation) -> ArrayJSON | None:

@@ -4,32 +4,23 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from typing import Any
+from unittest.mock import patch
+
+import numpy as np
 
 from compactsim.harness.pipeline import trainer as trainer_module
+from compactsim.harness.pipeline.advantages import compute_logical_advantages, grpo_advantages
 from compactsim.harness.pipeline.loss import LossOutput
-
-
-@contextmanager
-def attribute_replaced(owner: Any, name: str, new: Any) -> Iterator[Any]:
-    """Run with `owner.name` (a trainer function, say) set to `new`; yields the original, restored afterwards."""
-    original = getattr(owner, name)
-    setattr(owner, name, new)
-    try:
-        yield original
-    finally:
-        setattr(owner, name, original)
+from compactsim.harness.pipeline.materializer import prepare_trace_batch
 
 
 @contextmanager
 def loss_replaced(wrap: Callable[[Callable[..., LossOutput]], Callable[..., LossOutput]]) -> Iterator[None]:
     """Run the reference trainer with `clipped_pg_loss` replaced by `wrap(original)`; restored afterwards."""
-    original = trainer_module.clipped_pg_loss
-    trainer_module.clipped_pg_loss = wrap(original)
-    try:
+    with patch.object(trainer_module, "clipped_pg_loss", wrap(trainer_module.clipped_pg_loss)):
         yield
-    finally:
-        trainer_module.clipped_pg_loss = original
 
 
 def local_counts(kwargs: dict[str, Any]) -> tuple[float, float]:
@@ -67,13 +58,6 @@ def materialized_with_groups_by(plans: Any, cfg: Any, key: Callable[[Any], str])
     Order, identity and group-size checks and rewards are the reference's (so the batch is accepted);
     only the baseline, std and advantage of each rollout come from the regrouped rewards.
     """
-    from dataclasses import replace
-
-    import numpy as np
-
-    from compactsim.harness.pipeline.advantages import compute_logical_advantages, grpo_advantages
-    from compactsim.harness.pipeline.materializer import prepare_trace_batch
-
     acfg = cfg.advantage_config()
     ref = compute_logical_advantages([p.evidence for p in plans], acfg)
     by_id = {p.evidence.rollout_id: p.evidence for p in plans}

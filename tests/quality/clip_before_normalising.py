@@ -9,6 +9,7 @@ group of three shows it.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from unittest.mock import patch
 
 import numpy as np
 
@@ -17,7 +18,6 @@ from compactsim.harness.core.trace_plan import TracePlan
 from compactsim.harness.pipeline import advantages as advantages_module
 from compactsim.harness.pipeline.backend import ReferenceBackend
 from compactsim.harness.pipeline.train_config import TrainerConfig
-from tests.quality._patching import attribute_replaced
 
 EXPECTED_CHECK = "row.advantage"
 SCENARIO = "advantage-clip-graded-group"
@@ -44,5 +44,5 @@ class Backend(ReferenceBackend):
     name = "clip-before-normalising"
 
     def materialize(self, plans: Sequence[TracePlan], cfg: TrainerConfig) -> TraceBatch:
-        with attribute_replaced(advantages_module, "grpo_advantages", _clip_then_normalise):
+        with patch.object(advantages_module, "grpo_advantages", _clip_then_normalise):
             return super().materialize(plans, cfg)

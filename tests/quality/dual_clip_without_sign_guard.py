@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
+from unittest.mock import patch
 
 import torch
 
@@ -16,7 +17,7 @@ from compactsim.harness.pipeline.backend import ReferenceBackend
 from compactsim.harness.pipeline.loss import LossConfig, LossOutput
 from compactsim.harness.pipeline.train_config import TrainerConfig
 from compactsim.harness.pipeline.trainer import StepResult, TrainState
-from tests.quality._patching import attribute_replaced, loss_replaced
+from tests.quality._patching import loss_replaced
 
 EXPECTED_CHECK = "train.loss"
 SCENARIO = "dual-clip"
@@ -45,7 +46,7 @@ class Backend(ReferenceBackend):
                         return args[0]  # where(A < 0, min(ℓ, -A·c), ℓ) without its guard
                     return real_where(condition, *args, **kwargs)
 
-                with attribute_replaced(torch, "min", min_), attribute_replaced(torch, "where", where):
+                with patch.object(torch, "min", min_), patch.object(torch, "where", where):
                     return original(cfg_, **kw)
             return loss
 

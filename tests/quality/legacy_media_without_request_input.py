@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
+from unittest.mock import patch
 
 from compactsim.harness.core.trace_plan import TracePlan
 from compactsim.harness.pipeline import ingest
 from compactsim.harness.pipeline.backend import ReferenceBackend
-from tests.quality._patching import attribute_replaced
 
 EXPECTED_CHECK = "verdict.unexpected_error"
 SCENARIO = "legacy-task-image"
@@ -31,5 +31,5 @@ class Backend(ReferenceBackend):
         def output_only(calls: Any, envelope: Any, raw: Any, rollout_id: str) -> Any:
             return original(calls, None, raw, rollout_id)  # the request input is not walked
 
-        with attribute_replaced(ingest, "_bin_legacy_media", output_only):
+        with patch.object(ingest, "_bin_legacy_media", output_only):
             return super().plan(result)

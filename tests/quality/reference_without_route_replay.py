@@ -7,6 +7,7 @@ computes the reference logprobs from the same `logprob_data`, routed experts inc
 from __future__ import annotations
 
 from collections.abc import Sequence
+from unittest.mock import patch
 
 import torch
 
@@ -16,7 +17,6 @@ from compactsim.harness.pipeline import trainer as trainer_module
 from compactsim.harness.pipeline.backend import ReferenceBackend
 from compactsim.harness.pipeline.train_config import TrainerConfig
 from compactsim.harness.pipeline.trainer import StepResult, TrainState
-from tests.quality._patching import attribute_replaced
 
 EXPECTED_CHECK = "train.loss"
 SCENARIO = "several-boundaries-in-one-rollout"
@@ -36,5 +36,5 @@ class Backend(ReferenceBackend):
                 row_routes = None
             return all_logprobs(policy, batch_, microbatches, row_images, row_routes)
 
-        with attribute_replaced(trainer_module, "_all_logprobs", logprobs):
+        with patch.object(trainer_module, "_all_logprobs", logprobs):
             return super().train_step(state, batch, cfg)
