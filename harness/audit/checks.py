@@ -402,8 +402,10 @@ def check_row_routes(report: Reporter, want: ExpectedRow, got: ObservedRow, *, r
         differ = np.asarray([p for p in differ.tolist() if p not in reported], dtype=np.int64)
         if differ.size:
             p = int(differ[0])
+            where = (" (a call's final token: its decode placeholder must be replaced by the next call's prefill row)"
+                     if p in want.repaired_positions else "")
             out.append(report("row.route", f"{differ.size} token routes differ from the generator's; first at "
-                              f"position {p}", expected=exp[p].tolist(), actual=got.routes[p].tolist(),
+                              f"position {p}{where}", expected=exp[p].tolist(), actual=got.routes[p].tolist(),
                               row=rid, position=p))
     return out
 

@@ -2,8 +2,9 @@
 
 Every field of the rows dump is written: unpadded tokens, the mask as `token_mask`, behaviour
 logprobs and advantages per token, the logical advantage, sample mask, policy version, image
-history with pixel digests, and the boundary sentinel positions. Padding rows are written too
-(``parent_index: -1``, no tokens).
+history with pixel digests, the boundary sentinel positions and, when the batch carries routes,
+the replayed routes of every token. Padding rows are written too (``parent_index: -1``, no
+tokens).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from typing import Any
 
 from compactsim.harness.audit.observed import rgb_pixel_digest
 from compactsim.harness.core.batch import TraceBatch
+from compactsim.harness.golden.routes_field import routes_json
 
 
 def batch_dump_lines(batch: TraceBatch, *, scenario: str, step: int) -> list[dict[str, Any]]:
@@ -25,6 +27,7 @@ def batch_dump_lines(batch: TraceBatch, *, scenario: str, step: int) -> list[dic
     traces = batch.row_trace_index.detach().cpu().tolist()
     samples = batch.row_sample_mask.detach().cpu().double().tolist()
     versions = batch.row_generation_policy_version.detach().cpu().tolist()
+    routes = None if batch.routed_experts is None else batch.routed_experts.detach().cpu().numpy()
     lines: list[dict[str, Any]] = []
     for r in range(batch.num_rows):
         n = int(lengths[r])
@@ -48,6 +51,8 @@ def batch_dump_lines(batch: TraceBatch, *, scenario: str, step: int) -> list[dic
         line["media_ids"] = list(batch.row_media_ids[r])
         line["pixel_digests"] = [rgb_pixel_digest(p) for p in batch.row_pixel_values[r]]
         line["routed_experts_sentinel_positions"] = [int(p) for p in batch.row_sentinel_positions[r]]
+        if routes is not None:
+            line["routed_experts"] = routes_json(routes[r, :n])
         lines.append(line)
     return lines
 

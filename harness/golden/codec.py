@@ -4,8 +4,8 @@ An expectation is split in two for a reader's sake: ``expectation.json`` (verdic
 settings, per step the plans, errors, payload files and metrics) and one JSON-lines file of rows
 per step, in the rows-dump layout (one row per line, real rows in the oracle's canonical order,
 then padding rows), so a person can put a trainer's dump line beside the row it should equal.
-Decoding gives back an equal `ScenarioExpectation` (route tensors are not exported: the route
-summary — sentinel and repaired positions — is).
+Decoding gives back an equal `ScenarioExpectation`, route tensors included (`routed_experts`,
+the rows-dump field: null when the batch recorded no routes).
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from compactsim.harness.core.expectations import (
     MetricExpectation,
     ScenarioExpectation,
 )
+from compactsim.harness.golden.routes_field import parse_routes, routes_json
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,6 +139,7 @@ def row_line(scenario: str, step: int, row: ExpectedRow, parent_index: int) -> d
         "pixel_digests": list(row.pixel_digests),
         "routed_experts_sentinel_positions": list(row.sentinel_positions),
         "routed_experts_repaired_positions": list(row.repaired_positions),
+        "routed_experts": None if row.routes is None else routes_json(row.routes),
     }
 
 
@@ -148,7 +150,7 @@ def padding_line(scenario: str, step: int) -> dict[str, Any]:
         "parent_index": -1, "trace_index": -1, "input_ids": [], "mask_spans": [], "generation_logprobs": [],
         "advantages": [], "rollout_advantage": 0.0, "sample_mask": 0.0, "generation_policy_version": None,
         "media_ids": [], "pixel_digests": [], "routed_experts_sentinel_positions": [],
-        "routed_experts_repaired_positions": [],
+        "routed_experts_repaired_positions": [], "routed_experts": None,
     }
 
 
@@ -179,6 +181,7 @@ def row_from_line(line: Mapping[str, Any]) -> ExpectedRow:
         sentinel_positions=tuple(int(p) for p in line["routed_experts_sentinel_positions"]),
         repaired_positions=tuple(int(p) for p in line["routed_experts_repaired_positions"]),
         generation_policy_version=line["generation_policy_version"],
+        routes=None if line.get("routed_experts") is None else parse_routes(line["routed_experts"], len(line["input_ids"])),
     )
 
 

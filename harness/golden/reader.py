@@ -19,6 +19,7 @@ from compactsim.harness.core.expectations import ScenarioExpectation
 from compactsim.harness.core.json_input import InputError
 from compactsim.harness.golden.codec import TrainerSettings, expectation_from_document
 from compactsim.harness.golden.manifest import GoldenFiles, Manifest, check_files, check_relative_path, read_manifest
+from compactsim.harness.golden.routes_field import RoutesFieldError, parse_routes
 from compactsim.harness.golden.schema import first_error
 
 
@@ -110,7 +111,19 @@ def _read_lines(files: GoldenFiles, path: str, schema: str) -> list[dict[str, An
         lines.append(_checked(files, path, n, value, schema, what))
         if schema == "expected-rows":
             _check_spans(files, path, n, value)
+            _check_routes(files, path, n, value)
     return lines
+
+
+def _check_routes(files: GoldenFiles, path: str, line: int, row: Mapping[str, Any]) -> None:
+    """The row's routes (when it has them) are one [layers][topk] per token: what the schema cannot relate."""
+    if row.get("routed_experts") is None:
+        return
+    try:
+        parse_routes(row["routed_experts"], len(row["input_ids"]))
+    except RoutesFieldError as exc:
+        where = exc.field.replace("][", "/").replace("[", "/").replace("]", "")  # this reader's path style
+        raise InputError(files.source(path), line, where, exc.problem) from None
 
 
 def _check_spans(files: GoldenFiles, path: str, line: int, row: Mapping[str, Any]) -> None:

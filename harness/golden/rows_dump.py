@@ -5,10 +5,12 @@ One line per training row (schema ``rows-dump``, `compactsim schema rows-dump`):
     {"scenario": "image-compaction-k2-chunked", "step": 0, "physical_trace_id": "s0-g0-r0/trace-1",
      "logical_rollout_id": "s0-g0-r0", "parent_index": 0, "input_ids": [5, 17, 9, 42],
      "token_mask": [0, 0, 1, 1], "generation_logprobs": [0.0, 0.0, -0.51, -1.2],
-     "advantages": [0.0, 0.0, 0.7, 0.7], "media_ids": ["img-3f2a"], "routed_experts_sentinel_positions": [3]}
+     "advantages": [0.0, 0.0, 0.7, 0.7], "media_ids": ["img-3f2a"], "routed_experts_sentinel_positions": [3],
+     "routed_experts": [[[0, 2]], [[1, 3]], [[2, 0]], [[-1, -1]]]}
 
 `input_ids` are the row's unpadded tokens; `token_mask` (or `mask_spans`, half-open ``[start,
-end)`` spans), `generation_logprobs` and `advantages` have one entry per token. A padding row
+end)`` spans), `generation_logprobs`, `advantages` and the optional `routed_experts` (per token,
+per MoE layer, the top-k expert ids replay feeds) have one entry per token. A padding row
 has ``parent_index: -1`` and no tokens (or one pad token, with zero mask and advantage). A trainer that refuses a step writes one error line
 instead of its rows: ``{"scenario": ..., "step": k, "error": {"code": ..., "rollout_id": ...,
 "turn_id": ...}}``. Line order never matters. A malformed line is a `RowsDumpError` naming the
@@ -33,7 +35,8 @@ from jsonschema.exceptions import best_match
 
 from compactsim.harness.core.contract import INT32_LIMIT
 from compactsim.harness.core.json_input import InputError, json_lines, parse_json, read_text
-from compactsim.harness.golden.schema import validator
+from compactsim.harness.golden.routes_field import RoutesFieldError, parse_routes
+from compactsim.harness.golden.schema import fast_check, validator
 
 _NON_FINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
 
@@ -71,6 +74,8 @@ class DumpRow:
     media_ids: tuple[str, ...] | None = None
     pixel_digests: tuple[str, ...] | None = None
     sentinel_positions: tuple[int, ...] | None = None
+    #: (T, layers, topk) replayed routes, or None when the line has none.
+    routes: np.ndarray | None = None
 
     @property
     def is_padding(self) -> bool:
@@ -145,6 +150,9 @@ def _field_of(error: ValidationError) -> tuple[str, str]:
 
 
 def _schema_check(name: str, obj: Any, source: str, lineno: int) -> None:
+    check = fast_check(name)  # jsonschema walks every id of a row's routes; the compiled predicate tests types in bulk
+    if check is not None and check(obj):
+        return
     v = validator(name)
     if v.is_valid(obj):
         return
@@ -246,6 +254,12 @@ def _row(obj: Mapping[str, Any], source: str, lineno: int) -> DumpRow:
             if p >= n:
                 raise RowsDumpError(source, lineno, f"routed_experts_sentinel_positions[{k}]",
                                     f"position {p} is past the row's {n} tokens")
+    routes = obj.get("routed_experts")
+    if routes is not None:
+        try:
+            routes = parse_routes(routes, n)
+        except RoutesFieldError as exc:
+            raise RowsDumpError(source, lineno, exc.field, exc.problem) from None
     version = obj.get("generation_policy_version")
     trace_index = obj.get("trace_index")
     return DumpRow(
@@ -267,6 +281,7 @@ def _row(obj: Mapping[str, Any], source: str, lineno: int) -> DumpRow:
         media_ids=None if media is None else tuple(media),
         pixel_digests=None if digests is None else tuple(digests),
         sentinel_positions=sentinels,
+        routes=routes,
     )
 
 

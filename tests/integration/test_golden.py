@@ -168,14 +168,20 @@ def _corrupt(rows: list[dict[str, Any]], how: str) -> tuple[list[dict[str, Any]]
         target["token_mask"][2] = 1 - target["token_mask"][2]
     elif how == "advantage":
         target["advantages"][target["token_mask"].index(1)] += 0.5
-    elif how == "sentinel":
+    elif how == "sentinel":  # the boundary keeps vLLM's placeholder instead of the -1 sentinel
+        p = target["routed_experts_sentinel_positions"][0]
+        target["routed_experts"][p] = [list(range(len(layer))) for layer in target["routed_experts"][p]]
+    elif how == "declared-sentinel":  # no routes in the dump: the declaration is what is checked
+        del target["routed_experts"]
         target["routed_experts_sentinel_positions"] = target["routed_experts_sentinel_positions"][1:]
     elif how == "media":
         target["media_ids"][0] = "media-forged"
+    elif how == "route":
+        target["routed_experts"][5][1][0] += 1  # another expert in layer 1 at position 5
     return out, before
 
 
-@pytest.mark.parametrize("how", ["token", "mask", "advantage", "sentinel", "media"])
+@pytest.mark.parametrize("how", ["token", "mask", "advantage", "sentinel", "declared-sentinel", "media", "route"])
 def test_each_corruption_gives_exactly_its_finding(exported, reference, how):
     rows, metrics = reference
     corrupted, before = _corrupt(rows, how)
@@ -186,14 +192,28 @@ def test_each_corruption_gives_exactly_its_finding(exported, reference, how):
         "token": ("row.tokens", 5, want["input_ids"][5], want["input_ids"][5] + 1),
         "mask": ("row.mask", 2, 0, 1),
         "advantage": ("row.advantage", first_trained, want["rollout_advantage"], want["rollout_advantage"] + 0.5),
-        "sentinel": ("row.sentinel", sentinel, -1, None),
+        "sentinel": ("row.sentinel", sentinel, -1, [list(range(len(layer))) for layer in want["routed_experts"][sentinel]]),
+        "declared-sentinel": ("row.sentinel", sentinel, -1, None),
         "media": ("row.media", 0, want["media_ids"], ["media-forged", *want["media_ids"][1:]]),
+        "route": ("row.route", 5, want["routed_experts"][5],
+                  [want["routed_experts"][5][0], [want["routed_experts"][5][1][0] + 1, *want["routed_experts"][5][1][1:]]]),
     }[how]
     report = verify(exported, corrupted, metrics)
     assert [(f.scenario, f.step, f.check, f.row, f.position, f.expected, f.actual) for f in report.findings] == [
         (SCENARIO, 0, expected[0], ROW, expected[1], expected[2], expected[3])]
     (bad,) = [v for v in report.scenarios if not v.passed]
     assert bad.rollout(report.findings[0]) == "s0-g0-r0"
+
+
+@pytest.mark.parametrize(("module", "check"), [
+    ("placeholder_not_repaired", "row.route"),  # sentinels right: only the routes show it
+    ("drop_boundary_sentinel", "row.sentinel"),  # declares no sentinel and replays the placeholder there
+])
+def test_a_broken_trainer_s_routes_are_caught_through_the_golden_files(exported, module: str, check: str):
+    dump = backend_dump(read_golden(exported.directory), backend=f"tests.quality.{module}:Backend")
+    report = verify(exported, [dict(r) for r in dump.rows], [dict(m) for m in dump.metrics])
+    assert report.findings and {f.check for f in report.findings} == {check}
+    assert all(f.position is not None for f in report.findings)
 
 
 def test_row_order_never_changes_the_verdict(exported, reference):

@@ -593,6 +593,44 @@ def check_batch(received: Sequence[Rollout], t: Trainer) -> list[Rollout]:
     return ordered
 
 
+def batch_route_layout(ordered: Sequence[Rollout]) -> tuple[int, int] | None:
+    """§7.5: the batch's one `[layers, topk]` (that of its first call with routes), or None without routes."""
+    for r in ordered:
+        for c in r.calls:
+            if c.routes is not None:
+                return int(c.routes.shape[1]), int(c.routes.shape[2])
+    return None
+
+
+def _route_row(call: Call, t: int, layout: tuple[int, int]) -> np.ndarray:
+    """§11 rule 1: row t of a call's routes, all −1 when it recorded none; t < prompt + sampled, so the one
+    surplus row (§5 B.5) is never read."""
+    if call.routes is None:
+        return np.full(layout, -1, dtype=np.int64)
+    return call.routes[t]
+
+
+def replay_routes(trace: Sequence[Call], final_trace: bool, layout: tuple[int, int]) -> list[Any]:
+    """§11 rules 1-3: the row's replayed routes, one `[layers][topk]` list per token of its `input_ids`.
+
+    Calls extend each other (§6), so their spans nest: each position is owned by the first call reaching past
+    it (rule 1), and a call's final token takes the row of the call right after it in the trace (rule 2) —
+    for a call that adds no token, that is the owner's next call, as rule 2 reads literally. −1 rows of a call
+    without routes take the batch's `[layers, topk]` (§7.5)."""
+    out = np.full((trace[-1].num_tokens, *layout), -1, dtype=np.int64)
+    start = 0
+    for i, call in enumerate(trace):
+        end = call.num_tokens  # rule 1: positions [start, end) are owned by this call
+        for t in range(start, end):
+            out[t] = _route_row(call, t, layout)
+        if i + 1 < len(trace) and end > start:  # rule 2: its final token's row is a placeholder
+            out[end - 1] = _route_row(trace[i + 1], end - 1, layout)
+        start = max(start, end)
+    if not final_trace:  # rule 3: the boundary sentinel
+        out[-1] = -1
+    return out.tolist()
+
+
 def build_rows(scenario: str, step: int, ordered: Sequence[Rollout], t: Trainer,
                pixel_cache: dict[str, str]) -> tuple[list[dict[str, Any]], dict[str, float]]:
     """§8-§12 rows (real rows in canonical order, then padding) and §14 metrics; §7 checks 6-7 on the way."""
@@ -608,7 +646,8 @@ def build_rows(scenario: str, step: int, ordered: Sequence[Rollout], t: Trainer,
             rewards.append(float(ordered[k].reward))  # type: ignore[arg-type]
         for k, a in zip(members, group_advantages(rewards, t)):
             advantage[k] = a
-    has_routes = any(c.routes is not None for r in ordered for c in r.calls)
+    layout = batch_route_layout(ordered)
+    has_routes = layout is not None
     rows: list[dict[str, Any]] = []
     for parent, r in enumerate(ordered):
         for k, trace in enumerate(r.traces):
@@ -628,7 +667,7 @@ def build_rows(scenario: str, step: int, ordered: Sequence[Rollout], t: Trainer,
             for media_id in last.media_ids:
                 digests.append(_pixel_digest(r, media_id, last.turn_id, pixel_cache))
             final = k == len(r.traces) - 1
-            rows.append({
+            row: dict[str, Any] = {
                 "scenario": scenario, "step": step, "physical_trace_id": f"{r.rollout_id}/trace-{k}",
                 "logical_rollout_id": r.rollout_id, "parent_index": parent, "trace_index": k,
                 "input_ids": ids, "mask_spans": spans, "generation_logprobs": logprobs, "advantages": advantages,
@@ -636,7 +675,10 @@ def build_rows(scenario: str, step: int, ordered: Sequence[Rollout], t: Trainer,
                 "generation_policy_version": last.version, "media_ids": list(last.media_ids),
                 "pixel_digests": digests,
                 "routed_experts_sentinel_positions": [len(ids) - 1] if has_routes and not final else [],
-            })
+            }
+            if layout is not None:
+                row["routed_experts"] = replay_routes(trace, final, layout)
+            rows.append(row)
     if t.router_replay and not has_routes:
         raise Refusal("missing_routed_experts", None, None)
     for r in ordered:

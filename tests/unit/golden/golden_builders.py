@@ -15,7 +15,8 @@ from compactsim.harness.core.expectations import (
     ScenarioExpectation,
 )
 from compactsim.harness.golden.codec import TrainerSettings, step_row_lines
-from compactsim.harness.golden.reader import GoldenScenario
+from compactsim.harness.golden.manifest import ScenarioEntry, build_manifest
+from compactsim.harness.golden.reader import Golden, GoldenScenario
 
 DIGEST_A = "a" * 64
 DIGEST_B = "b" * 64
@@ -86,6 +87,14 @@ def golden_scenario(exp: ScenarioExpectation | None = None, settings: TrainerSet
     exp = exp or expectation()
     return GoldenScenario(name=exp.scenario, directory=Path("/nonexistent"), expectation=exp,
                           trainer=settings or trainer(), document={"steps": []})
+
+
+def golden(*scenarios: GoldenScenario) -> Golden:
+    """An in-memory golden set of `scenarios` (default: the toy scenario), as `read_golden` would return it."""
+    scenarios = scenarios or (golden_scenario(),)
+    entries = [ScenarioEntry(s.name, "p", (), 7, s.expectation.verdict, None, 1, ()) for s in scenarios]
+    manifest = build_manifest({}, entries, seed=7, max_steps=None, selection=[], version="0")
+    return Golden(directory=Path("goldens"), manifest=manifest, scenarios=tuple(scenarios))
 
 
 def dump_lines(exp: ScenarioExpectation | None = None, settings: TrainerSettings | None = None) -> list[dict[str, Any]]:

@@ -35,6 +35,7 @@ def test_batch_dump_lines_write_each_row_unpadded_then_padding(example_transport
     assert (first["sample_mask"], first["generation_policy_version"]) == (1.0, None)
     assert (first["media_ids"], first["pixel_digests"]) == ([MEDIA], [PIXELS])
     assert first["routed_experts_sentinel_positions"] == []
+    assert "routed_experts" not in first  # the example's calls recorded no routes
     assert lines[1]["token_mask"] == [0] * 11 + [1, 1, 1]
     pad = lines[2]
     assert (pad["input_ids"], pad["token_mask"], pad["sample_mask"], "rollout_advantage" in pad) == ([], [], 0.0, False)

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import json
-from dataclasses import asdict
+from dataclasses import asdict, replace
 
+import numpy as np
 import pytest
 
 from compactsim.harness.audit import Tolerances
@@ -18,6 +19,7 @@ from compactsim.harness.golden.codec import (
     json_lines,
     padding_rows,
     payload_file,
+    row_from_line,
     row_line,
     rows_file,
     step_row_lines,
@@ -35,8 +37,20 @@ def test_row_line_spreads_logprobs_and_advantage_over_the_mask():
         "generation_logprobs": [0.0, 0.0, -0.125, 0.0, -2.0, -0.5],
         "advantages": [0.0, 0.0, 0.75, 0.0, 0.75, 0.75], "rollout_advantage": 0.75, "sample_mask": 1.0,
         "generation_policy_version": 0, "media_ids": ["m1", "m2"], "pixel_digests": [DIGEST_A, DIGEST_B],
-        "routed_experts_sentinel_positions": [], "routed_experts_repaired_positions": [2],
+        "routed_experts_sentinel_positions": [], "routed_experts_repaired_positions": [2], "routed_experts": None,
     }
+
+
+def test_row_routes_are_written_as_nested_lists_and_read_back_exactly():
+    routes = np.arange(6 * 2 * 3, dtype=np.int64).reshape(6, 2, 3) % 5 - 1
+    row = replace(rows()[1], routes=routes)
+    line = row_line("toy", 0, row, parent_index=0)
+    assert line["routed_experts"][2] == [[1, 2, 3], [-1, 0, 1]]  # ids 12..17 mod 5, minus 1
+    assert list(validator("expected-rows").iter_errors(line)) == []
+    back = row_from_line(json.loads(json.dumps(line)))
+    assert back.routes is not None and back.routes.dtype == np.int64
+    assert np.array_equal(back.routes, routes)
+    assert row_from_line(row_line("toy", 0, rows()[1], parent_index=0)).routes is None
 
 
 def test_step_row_lines_put_parent_indices_then_padding_last():

@@ -146,6 +146,47 @@ def test_rows_dump_sentinel_position_must_be_inside_the_row():
     assert (err.field, err.problem) == ("routed_experts_sentinel_positions[1]", "position 4 is past the row's 4 tokens")
 
 
+ROUTES = [[[0, 2], [1, 3]], [[1, 0], [2, 3]], [[3, 2], [0, 1]], [[-1, -1], [-1, -1]]]
+
+
+def test_rows_dump_reads_routes_as_a_tokens_layers_topk_array():
+    r = parse_rows_dump(text(row(routed_experts=ROUTES))).rows[0]
+    assert r.routes is not None and r.routes.dtype.name == "int64" and r.routes.shape == (4, 2, 2)
+    assert r.routes.tolist() == ROUTES
+    assert parse_rows_dump(text(row(routed_experts=None))).rows[0].routes is None
+    pad = row(physical_trace_id=None, logical_rollout_id=None, parent_index=-1, input_ids=[], token_mask=[],
+              generation_logprobs=[], advantages=[], routed_experts=[])
+    assert parse_rows_dump(text(pad)).rows[0].routes.shape == (0, 0, 0)
+
+
+def _routes_with(token: int, value: Any) -> list[Any]:
+    routes = json.loads(json.dumps(ROUTES))
+    routes[token] = value
+    return routes
+
+
+@pytest.mark.parametrize(("routes", "field", "fragment"), [
+    (ROUTES[:3], "routed_experts", "has 3 entries; input_ids has 4 (one per token)"),
+    (_routes_with(2, [[3, 2]]), "routed_experts[2]", "has [layers, topk] [1, 2]; position 0 has [2, 2]"),
+    (_routes_with(1, [[1, 0], [2]]), "routed_experts[1]", "layers have different top-k lengths"),
+    (_routes_with(3, [[-1, True], [-1, -1]]), "routed_experts[3][0][1]", "True is not of type 'integer'"),
+    (_routes_with(0, [[0, 2.5], [1, 3]]), "routed_experts[0][0][1]", "2.5 is not of type 'integer'"),
+    (_routes_with(0, [[0, -2], [1, 3]]), "routed_experts[0][0][1]", "-2 is less than the minimum of -1"),
+    (_routes_with(0, [[0, 2**31], [1, 3]]), "routed_experts[0][0][1]", "is greater than the maximum"),
+    (_routes_with(0, [[], [1, 3]]), "routed_experts[0][0]", "should be non-empty"),
+    (_routes_with(0, 5), "routed_experts[0]", "is not of type 'array'"),
+    ("nrlre1:int16:4x2x2:AAAA", "routed_experts", "is not of type 'array', 'null'"),
+])
+def test_rows_dump_routes_must_be_one_layers_by_topk_id_array_per_token(routes: Any, field: str, fragment: str):
+    err = problem(row(routed_experts=routes))
+    assert err.field == field and fragment in err.problem, (err.field, err.problem)
+
+
+def test_rows_dump_routes_accept_integral_floats_like_the_other_integer_fields():
+    routes = [[[float(x) for x in layer] for layer in token] for token in ROUTES]
+    assert parse_rows_dump(text(row(routed_experts=routes))).rows[0].routes.tolist() == ROUTES
+
+
 def test_rows_dump_second_error_line_for_a_scenario_is_refused():
     refusal = {"scenario": "s", "step": 0, "error": {"code": "incomplete_group"}}
     err = problem(refusal, refusal)

@@ -3,28 +3,18 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from compactsim.harness.audit import Tolerances
 from compactsim.harness.core.seeds import rng
-from compactsim.harness.golden.manifest import ScenarioEntry, build_manifest
-from compactsim.harness.golden.reader import Golden
 from compactsim.harness.golden.rows_dump import RowsDumpError, format_dump, parse_metrics_dump, parse_rows_dump
 from compactsim.harness.golden.verify import verify_dump, verify_scenario
-from tests.unit.golden.golden_builders import dump_lines, golden_scenario, refused_expectation, trainer
+from tests.unit.golden.golden_builders import dump_lines, golden, golden_scenario, refused_expectation, trainer
 
 METRICS = {"physical_trace_training/num_physical_rows": 3, "advantages/sum": 3.0,
            "physical_trace_training/optimizer_steps": 1, "loss": 0.25}
-
-
-def golden(*scenarios: Any) -> Golden:
-    scenarios = scenarios or (golden_scenario(),)
-    entries = [ScenarioEntry(s.name, "p", (), 7, s.expectation.verdict, None, 1, ()) for s in scenarios]
-    manifest = build_manifest({}, entries, seed=7, max_steps=None, selection=[], version="0")
-    return Golden(directory=Path("goldens"), manifest=manifest, scenarios=tuple(scenarios))
 
 
 def verify(lines: list[dict[str, Any]], metrics: list[dict[str, Any]] | None = None, **kw: Any):
