@@ -29,11 +29,17 @@ class BackendDump:
 
 
 def backend_dump(golden: Golden, *, backend: str = DEFAULT_BACKEND) -> BackendDump:
-    """Plan and materialize every golden step with `backend` ("module:attr"); a refused step ends its scenario."""
+    """Plan and materialize every golden step with `backend` ("module:attr"); a refused step ends its scenario.
+
+    Nothing is trained, so a backend that refuses some batches only inside `train_step` can expose
+    those checks as an optional ``check_batch(batch, cfg)`` (`ReferenceBackend` does); it runs
+    after `materialize`.
+    """
     from compactsim.harness.pipeline.backend import load_backend
     from compactsim.scenarios.model import Scenario
 
     impl = load_backend(backend)
+    check = getattr(impl, "check_batch", None)
     rows: list[dict[str, Any]] = []
     metrics: list[dict[str, Any]] = []
     for scenario in golden.scenarios:
@@ -42,6 +48,8 @@ def backend_dump(golden: Golden, *, backend: str = DEFAULT_BACKEND) -> BackendDu
             try:
                 plans = [impl.plan(result) for result in scenario.payloads(step.step)]
                 batch = impl.materialize(plans, cfg)
+                if check is not None:  # refusals a trainer makes at train time (no routes to replay, too long)
+                    check(batch, cfg)
             except (ContractError, ConfigError) as exc:
                 error = {"code": exc.code, "rollout_id": getattr(exc, "rollout_id", None),
                          "turn_id": getattr(exc, "turn_id", None), "message": exc.detail}

@@ -10,6 +10,8 @@ expected value, so nothing is compared with itself), the findings of that field'
 row are dropped, and the report counts the rows per missing field (`ScenarioVerdict.not_checked`).
 With ``strict=True`` (`verify --strict`) each such omission is a finding of the field's own
 check instead. A rollout whose advantage no row states has its `rollout.advantage` check skipped.
+A row's `routed_experts` are compared with the goldens' position by position; a row without
+them has its declared sentinel positions checked instead.
 Without a metrics dump, no metric is checked. Metrics the goldens mark as needing compactsim's
 own policy (``expectation.json`` → ``policy_metrics``: `token_mult_prob_error`, loss metrics,
 `grad_norm`) are not demanded of an outside trainer: their checks are dropped and the verdict

@@ -25,7 +25,7 @@ from compactsim.harness.core.trace_plan import TracePlan
 from compactsim.harness.pipeline.materializer import materialize as _materialize
 from compactsim.harness.pipeline.planner import plan_rollout
 from compactsim.harness.pipeline.train_config import TrainerConfig
-from compactsim.harness.pipeline.trainer import StepResult, TrainState
+from compactsim.harness.pipeline.trainer import StepResult, TrainState, check_batch
 from compactsim.harness.pipeline.trainer import train_step as _train_step
 
 
@@ -77,6 +77,10 @@ class ReferenceBackend:
 
     def train_step(self, state: TrainState, batch: TraceBatch, cfg: TrainerConfig) -> StepResult:
         return _train_step(state, batch, cfg)
+
+    def check_batch(self, batch: TraceBatch, cfg: TrainerConfig) -> None:
+        """Optional seam: the refusals `train_step` makes before training (rows dumps are written without training)."""
+        check_batch(batch, cfg)
 
     def __repr__(self) -> str:
         return "ReferenceBackend()"

@@ -142,7 +142,7 @@ def grpo_step(state: TrainState, results: Sequence[Mapping[str, Any]], cfg: Trai
 def train_step(state: TrainState, batch: TraceBatch, cfg: TrainerConfig) -> StepResult:
     """Exactly one optimizer step and one scheduler increment on `batch` (see the module docstring)."""
     cfg = validate_physical_trace_training_config(cfg)
-    _check_batch(batch, cfg)
+    check_batch(batch, cfg)
     policy, device = state.policy, state.device
     step, trained_version = state.optimizer_steps, state.version
     loss_cfg = cfg.loss_fn
@@ -335,8 +335,12 @@ def _clip_grad_norm(params: Sequence[torch.Tensor], max_norm: float | None) -> f
     return float(torch.nn.utils.clip_grad_norm_(params, max_norm, foreach=False))
 
 
-def _check_batch(batch: TraceBatch, cfg: TrainerConfig) -> None:
-    """The batch geometry matches the config, and generation versions are mixed only where sound."""
+def check_batch(batch: TraceBatch, cfg: TrainerConfig) -> None:
+    """What the trainer refuses before it trains: a batch built for another geometry, generation
+    versions mixed where unsound, router replay without routes, a row over the sequence limit.
+
+    `train_step` runs it first; `compactsim.harness.golden.backend_dump` runs it without training.
+    """
     p = cfg.policy
     if (batch.dp_size, batch.micro_batch_size) != (p.dp_size, p.train_micro_batch_size):
         raise ConfigError(
@@ -395,6 +399,7 @@ __all__ = [
     "PRECISIONS",
     "StepResult",
     "TrainState",
+    "check_batch",
     "grpo_step",
     "init_train_state",
     "train_step",
