@@ -53,6 +53,10 @@ class LogicalRecord:
     #: Why each of the rollout's physical traces starts ("rollout_start", "declared_boundary",
     #: "inferred_discontinuity"), in trace order.
     trace_start_reasons: tuple[str, ...] = ()
+    #: Turn ids of the rollout's calls that recorded no routed experts, in call order (router replay
+    #: refuses them in the Gym path; with replay off their positions replay -1, "use the router").
+    #: Not in `to_json`: the evidence says it, and step artifacts keep their bytes.
+    route_less_turns: tuple[int, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {

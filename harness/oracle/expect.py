@@ -151,8 +151,9 @@ def batch_error(
     """The first batch-level error of a batch (as received, duplicates included) whose every rollout planned.
 
     Order (documented in the README's error table): duplicate logical ids, group sizes, generation
-    versions, a rollout with nothing to train, route layouts, router replay without routes, then a row
-    longer than `policy.max_total_sequence_length` (the first such rollout in batch order).
+    versions, a rollout with nothing to train, route layouts, router replay without routes (none in
+    the batch, then the first call without them in canonical order), then a row longer than
+    `policy.max_total_sequence_length` (the first such rollout in batch order).
     """
     if not truths:
         return ExpectedError("no_eligible_tokens", None, None)
@@ -198,6 +199,13 @@ def batch_error(
             layout = this
     if view.router_replay and layout is None:
         return ExpectedError("missing_routed_experts", None, None)  # the trainer refuses to train without replay
+    if view.router_replay:
+        # NeMo-RL's Gym path with require_routed_experts (= router replay) refuses any call whose item has
+        # no routed_experts (nemo-rl-semantics §1.6), rather than backfilling it with -1 (§2.4, native path)
+        for t in unique:
+            for call in t.calls:
+                if call.routes is None:
+                    return ExpectedError("missing_routed_experts", t.rollout_id, call.turn_id)
     for t in unique:
         plan = (plans or {}).get(t.rollout_id)
         if plan is not None and any(tr.num_tokens > view.max_total_sequence_length for tr in plan.traces):

@@ -407,6 +407,7 @@ def _logical_records(
                 sampled_routes=sampled_routes,
                 route_sentinel_positions=tuple(logical_sentinels),
                 trace_start_reasons=tuple(t.start_reason for t in plan.traces),
+                route_less_turns=tuple(c.turn_id for c in ev.calls if c.routed_experts is None),
             )
         )
     return tuple(records)

@@ -363,6 +363,18 @@ def check_batch(batch: TraceBatch, cfg: TrainerConfig) -> None:
             detail="policy.router_replay_enabled is on but no call of this batch recorded routed experts; start the "
             "model server with route capture or turn router replay off",
         )
+    if p.router_replay_enabled and batch.routed_experts is not None:
+        # the Gym path refuses each item without routed_experts under require_routed_experts (§1.6); the
+        # -1 backfill of NeMo-RL's native path (§2.4) would replay the router where routes were expected
+        for record in batch.logical:
+            if record.route_less_turns:
+                raise ContractError(
+                    "missing_routed_experts",
+                    rollout_id=record.rollout_id,
+                    turn_id=record.route_less_turns[0],
+                    detail=f"policy.router_replay_enabled is on but turn {record.route_less_turns[0]} of rollout "
+                    f"{record.rollout_id!r} recorded no routed experts",
+                )
     too_long = (batch.row_input_lengths > p.max_total_sequence_length) & real
     if bool(too_long.any()):
         row = int(too_long.nonzero()[0])

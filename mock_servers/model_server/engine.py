@@ -471,11 +471,13 @@ def _free_positions(template: list[int]) -> set[int]:
 
 
 def apply_content_faults(gen: Generation, kinds: frozenset[str]) -> Generation:
-    """Corrupt the evidence the way a buggy backend would (missing/short logprobs, wrong route rows)."""
+    """Corrupt the evidence the way a buggy backend would (missing/short logprobs, wrong or no route rows)."""
     if "missing_logprobs" in kinds:
         gen = replace(gen, logprobs=None, top_logprobs=())
     elif "logprob_length_mismatch" in kinds and gen.logprobs:
         gen = replace(gen, logprobs=gen.logprobs[:-1], top_logprobs=gen.top_logprobs[:-1])
+    if "no_routes" in kinds:
+        gen = replace(gen, routes=None)
     if gen.routes is not None:
         if "surplus_route_rows" in kinds:
             extra = np.repeat(gen.routes[-1:], 2, axis=0)

@@ -42,6 +42,8 @@ SELECTION: dict[str, tuple[str, str | None, int | None] | None] = {
     "legacy-token-merge-drift": ("undeclared_discontinuity", "resp_bf872b3cd6831974b04a20a63d638e70", 2),
     "batch-incomplete-group": ("incomplete_group", "s0-g0-r0", None),
     "routes-not-recorded": ("missing_routed_experts", None, None),
+    "fault-no-routes-replay-on": ("missing_routed_experts", "s0-g0-r1", 3),  # one call without routes
+    "fault-no-routes-replay-off": None,  # the same call trains: §11 rules 1-2 replay -1
 }
 SEED = 0
 ALLOWED_THIRD_PARTY = {"numpy", "PIL"}

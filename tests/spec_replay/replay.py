@@ -681,6 +681,11 @@ def build_rows(scenario: str, step: int, ordered: Sequence[Rollout], t: Trainer,
             rows.append(row)
     if t.router_replay and not has_routes:
         raise Refusal("missing_routed_experts", None, None)
+    if t.router_replay:  # §7.6, second sentence: the first route-less call in canonical order
+        for r in ordered:
+            for c in r.calls:
+                if c.routes is None:
+                    raise Refusal("missing_routed_experts", r.rollout_id, c.turn_id)
     for r in ordered:
         if any(trace[-1].num_tokens > t.max_total_sequence_length for trace in r.traces):
             raise Refusal("sequence_too_long", r.rollout_id, None)

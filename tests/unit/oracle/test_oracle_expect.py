@@ -74,6 +74,20 @@ def test_route_layouts_must_agree_across_the_batch():
     assert np.array_equal(a.calls[0].routes[-1], [[0, 1]])
 
 
+def test_router_replay_refuses_no_routes_in_the_batch_then_the_first_route_less_call():
+    from tests.unit.oracle.oracle_builders import packed_routes
+
+    replay = replace(VIEW, router_replay=True)
+    routed = rollout([call(1, [1], [2], routes=packed_routes(2, 1)), call(2, [1, 2, 5], [3], routes=packed_routes(4, 1))])
+    gap = rollout([call(1, [1], [2], routes=packed_routes(2, 1)), call(2, [1, 2, 5], [3]), call(3, [1, 2, 5, 3, 6], [4])],
+                  rid="s0-g0-r1", index=1)
+    bare = [rollout([call(1, [1], [2])], rid=f"s0-g0-r{i}", index=i) for i in range(2)]
+    assert batch_error(bare, replay).to_json() == {"code": "missing_routed_experts", "rollout_id": None, "turn_id": None}
+    assert batch_error([routed, gap], replay).to_json() == {"code": "missing_routed_experts", "rollout_id": "s0-g0-r1",
+                                                            "turn_id": 2}
+    assert batch_error([routed, gap], VIEW) is None  # replay off: the call's positions replay -1
+
+
 @pytest.mark.parametrize(
     ("rewards", "index", "answer", "value"),
     [

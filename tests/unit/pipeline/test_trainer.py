@@ -17,7 +17,7 @@ from compactsim.harness.pipeline.backend import ReferenceBackend
 from compactsim.harness.pipeline.materializer import materialize
 from compactsim.harness.pipeline.planner import plan_rollout
 from compactsim.harness.pipeline.train_config import TrainerConfig
-from compactsim.harness.pipeline.trainer import StepResult, TrainState, grpo_step, init_train_state, train_step
+from compactsim.harness.pipeline.trainer import StepResult, TrainState, check_batch, grpo_step, init_train_state, train_step
 from tests.unit.pipeline.reference_loss import independent_grpo_loss, loo_grpo_advantages, plain_rows_from_ground_truth
 from tests.unit.pipeline.trainer_builders import collect_rollouts, flatten_rollouts, make_cfg, permute_rows
 
@@ -278,6 +278,18 @@ def test_train_step_refuses_router_replay_without_recorded_routes(k2):
         train_step(init_train_state(cfg), replace(_batch(k2, cfg), routed_experts=None), cfg)
     assert err.value.code == "missing_routed_experts"
     assert "no call of this batch recorded routed experts" in err.value.detail
+
+
+def test_train_step_refuses_router_replay_when_one_call_recorded_no_routes(k2):
+    cfg = make_cfg(overrides={"policy": {"router_replay_enabled": True}})
+    batch = _batch(k2, cfg)
+    second = replace(batch.logical[1], route_less_turns=(2, 4))
+    batch = replace(batch, logical=(batch.logical[0], second, *batch.logical[2:]))
+    with pytest.raises(ContractError) as err:
+        train_step(init_train_state(cfg), batch, cfg)
+    assert (err.value.code, err.value.rollout_id, err.value.turn_id) == ("missing_routed_experts", second.rollout_id, 2)
+    off = make_cfg(overrides={"policy": {"router_replay_enabled": False}})
+    check_batch(batch, off)  # replay off: the route-less call trains on -1
 
 
 def test_train_step_refuses_a_row_longer_than_the_sequence_cap(k2):

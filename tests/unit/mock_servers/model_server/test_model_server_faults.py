@@ -66,6 +66,15 @@ def test_route_row_faults_change_the_row_count(kind, delta):
     assert len(body["choices"][0]["message"]["routed_experts"]) == n + delta
 
 
+def test_no_routes_fault_leaves_routed_experts_out_and_keeps_the_tokens():
+    clean = _clean_chat()
+    body = _chat(_settings(FaultSpec(kind="no_routes"))).json()
+    assert "routed_experts" in clean["choices"][0]["message"]
+    assert "routed_experts" not in body["choices"][0]["message"]
+    assert body["choices"][0]["token_ids"] == clean["choices"][0]["token_ids"]
+    assert body["choices"][0]["logprobs"] == clean["choices"][0]["logprobs"]
+
+
 def test_finish_length_fault_drops_the_stop_token():
     clean = _clean_chat()["choices"][0]
     choice = _chat(_settings(FaultSpec(kind="finish_length"))).json()["choices"][0]
@@ -135,7 +144,7 @@ def test_fault_probability_is_decided_by_the_request_digest():
 def test_every_fault_kind_is_documented_and_covered():
     assert set(FAULT_KINDS) == {
         "http_500", "http_503", "timeout", "slow", "truncated_json", "drop_connection", "missing_logprobs",
-        "logprob_length_mismatch", "surplus_route_rows", "missing_route_rows", "finish_length",
+        "logprob_length_mismatch", "surplus_route_rows", "missing_route_rows", "no_routes", "finish_length",
     }
     with pytest.raises(ValueError):
         FaultSpec(kind="explode")  # type: ignore[arg-type]
