@@ -318,9 +318,10 @@ def check_row_sample_mask(report: Reporter, want: ExpectedRow, got: ObservedRow)
 def check_row_policy_version(report: Reporter, want: ExpectedRow, got: ObservedRow) -> list[Finding]:
     if want.generation_policy_version is None or got.generation_policy_version == want.generation_policy_version:
         return []
-    return [report("row.policy_version", f"row was generated at policy version {got.generation_policy_version}",
-                   expected=want.generation_policy_version, actual=got.generation_policy_version,
-                   row=want.physical_trace_id)]
+    got_version = got.generation_policy_version if got.generation_policy_version >= 0 else None  # -1: unknown
+    shown = got_version if got_version is not None else "unknown (null)"
+    return [report("row.policy_version", f"row was generated at policy version {shown}",
+                   expected=want.generation_policy_version, actual=got_version, row=want.physical_trace_id)]
 
 
 def check_row_images(report: Reporter, want: ExpectedRow, got: ObservedRow) -> list[Finding]:

@@ -57,6 +57,14 @@ class LogicalRecord:
     #: refuses them in the Gym path; with replay off their positions replay -1, "use the router").
     #: Not in `to_json`: the evidence says it, and step artifacts keep their bytes.
     route_less_turns: tuple[int, ...] = ()
+    #: The advantage before `advantage_clip_low/high` (None: no clip applies, it equals `advantage`);
+    #: `advantages/sum` is logged from it, as NeMo-RL logs it before clipping (semantics §3.7).
+    unclipped_advantage: float | None = None
+
+    @property
+    def logged_advantage(self) -> float:
+        """What `advantages/sum` adds up for this rollout: its advantage before clipping."""
+        return self.advantage if self.unclipped_advantage is None else self.unclipped_advantage
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -242,8 +250,8 @@ class TraceBatch:
             M.PR_ELIGIBLE_ACTION_TOKENS: int(on[real].sum().item()),
             M.PR_DECLARED_BOUNDARIES: sum(r.trace_start_reasons.count("declared_boundary") for r in self.logical),
             M.PR_INFERRED_DISCONTINUITIES: sum(r.trace_start_reasons.count("inferred_discontinuity") for r in self.logical),
-            # NeMo-RL sums its unmasked, broadcast [B, S] advantages: S_pad · Σ_rows A_parent(row)
-            M.ADVANTAGES_SUM: float(math.fsum(self.logical[p].advantage for p in self.parent_indices[real].tolist())
+            # NeMo-RL sums its unmasked, broadcast [B, S] advantages before clipping them: S_pad · Σ_rows Â_parent(row)
+            M.ADVANTAGES_SUM: float(math.fsum(self.logical[p].logged_advantage for p in self.parent_indices[real].tolist())
                                     * self.row_input_ids.shape[1]),
             M.ADVANTAGES_MEAN: float((adv * mask).sum().item() / n_on) if n_on else 0.0,
             M.ADVANTAGES_MIN: float(adv[on].min().item()) if n_on else 0.0,

@@ -53,8 +53,9 @@ PR_DECLARED_BOUNDARIES = "physical_trace_training/declared_boundaries"
 PR_INFERRED_DISCONTINUITIES = "physical_trace_training/inferred_discontinuities"
 
 #: NeMo-RL's advantage statistics (nemo-rl-semantics §3.7): `advantages/sum` sums the *unmasked*
-#: advantages tensor, every position of every row broadcast, = S_pad · Σ_rows A_parent(row) (padding
-#: rows hold 0); `mean`, `min`, `max` are over positions where token_mask == 1.
+#: advantages tensor, every position of every row broadcast, = S_pad · Σ_rows Â_parent(row) (padding
+#: rows hold 0), logged before `advantage_clip_low/high` apply (Â: the unclipped advantage); `mean`,
+#: `min`, `max` are over positions where token_mask == 1, after clipping.
 ADVANTAGES_SUM = "advantages/sum"
 ADVANTAGES_MEAN = "advantages/mean"
 ADVANTAGES_MIN = "advantages/min"

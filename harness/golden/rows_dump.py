@@ -76,6 +76,8 @@ class DumpRow:
     sentinel_positions: tuple[int, ...] | None = None
     #: (T, layers, topk) replayed routes, or None when the line has none.
     routes: np.ndarray | None = None
+    #: The line has a `generation_policy_version` key (a stated null means "unknown", which is compared).
+    states_version: bool = False
 
     @property
     def is_padding(self) -> bool:
@@ -282,6 +284,7 @@ def _row(obj: Mapping[str, Any], source: str, lineno: int) -> DumpRow:
         pixel_digests=None if digests is None else tuple(digests),
         sentinel_positions=sentinels,
         routes=routes,
+        states_version="generation_policy_version" in obj,
     )
 
 
@@ -302,7 +305,8 @@ def parse_rows_dump(text: str, *, source: str = "<rows dump>") -> RowsDump:
                                     f"line (line {previous.line}); a trainer stops at its first refused step")
             step = _int(obj["step"], "step", 0, source, lineno)
             turn = err.get("turn_id")
-            turn = None if turn is None else _int(turn, "error.turn_id", 1, source, lineno)
+            # 0 is read (and compared: turns are 1-based, so it never matches) rather than refusing the whole dump
+            turn = None if turn is None else _int(turn, "error.turn_id", 0, source, lineno)
             errors[obj["scenario"]] = DumpError(lineno, obj["scenario"], step, err["code"], err.get("rollout_id"), turn,
                                                 err.get("message", ""))
         else:

@@ -11,7 +11,10 @@ row are dropped, and the report counts the rows per missing field (`ScenarioVerd
 With ``strict=True`` (`verify --strict`) each such omission is a finding of the field's own
 check instead. A rollout whose advantage no row states has its `rollout.advantage` check skipped.
 A row's `routed_experts` are compared with the goldens' position by position; a row without
-them has its declared sentinel positions checked instead.
+them has its declared sentinel positions checked instead. Two fields are never "not checked":
+`sample_mask` defaults to 1.0 on a real row (NeMo-RL's loss multiplier unless `mask_sample`), and
+a `generation_policy_version` stated as null is compared (as "unknown") — only a missing key is
+an omission.
 Without a metrics dump, no metric is checked. Metrics the goldens mark as needing compactsim's
 own policy (``expectation.json`` → ``policy_metrics``: `token_mult_prob_error`, loss metrics,
 `grad_norm`) are not demanded of an outside trainer: their checks are dropped and the verdict
@@ -53,7 +56,6 @@ from compactsim.harness.golden.rows_dump import DumpRow, MetricsDump, RowsDump, 
 FIELD_CHECKS: dict[str, str] = {
     "trace_index": "row.trace_index",
     "rollout_advantage": "rollout.advantage",
-    "sample_mask": "row.sample_mask",
     "generation_policy_version": "row.policy_version",
     "media_ids": "row.media",
     "pixel_digests": "row.pixels",
@@ -65,7 +67,6 @@ FIELD_CHECKS: dict[str, str] = {
 OPTIONAL_FIELDS: tuple[str, ...] = (
     "trace_index",
     "rollout_advantage",
-    "sample_mask",
     "generation_policy_version",
     "media_ids",
     "pixel_digests",
@@ -180,6 +181,8 @@ class Omission:
 #: Placeholders the audit sees for an omitted field: never the expected value.
 _UNSET_INT = -1
 _UNSET_FLOAT = math.nan
+#: A real row without `sample_mask` is read with this default (it has one; the other optional fields do not).
+_DEFAULT_SAMPLE_MASK = 1.0
 
 
 def _observed_row(
@@ -201,6 +204,12 @@ def _observed_row(
             sample_mask=0.0 if row.sample_mask is None else row.sample_mask,
         )
     wants_version = want is not None and want.generation_policy_version is not None
+    if row.generation_policy_version is not None:
+        version = row.generation_policy_version
+    elif row.states_version or not wants_version:  # a stated null is an answer ("unknown"), compared as such
+        version = _UNSET_INT
+    else:
+        version = pick("generation_policy_version", None, _UNSET_INT, want.generation_policy_version if want else None)
     return ObservedRow(
         row_index=index,
         physical_trace_id=row.physical_trace_id,
@@ -212,18 +221,14 @@ def _observed_row(
         token_mask=row.token_mask,
         generation_logprobs=row.generation_logprobs,
         advantages=row.advantages,
-        sample_mask=pick("sample_mask", row.sample_mask, _UNSET_FLOAT, want.sample_mask if want else None),
+        # absent: NeMo-RL's default loss multiplier 1, so a trainer that ignores mask_sample is still caught
+        sample_mask=_DEFAULT_SAMPLE_MASK if row.sample_mask is None else row.sample_mask,
         media_ids=pick("media_ids", row.media_ids, (), want.media_ids if want else None),
         pixel_digests=pick("pixel_digests", row.pixel_digests, (), want.pixel_digests if want else None),
         declared_sentinel_positions=pick("routed_experts_sentinel_positions", row.sentinel_positions, (),
                                          want.sentinel_positions if want else None),
         routes=_routes(row, want, omitted, step),
-        generation_policy_version=(
-            pick("generation_policy_version", row.generation_policy_version, _UNSET_INT,
-                 want.generation_policy_version if want else None)
-            if wants_version
-            else (_UNSET_INT if row.generation_policy_version is None else row.generation_policy_version)
-        ),
+        generation_policy_version=version,
     )
 
 

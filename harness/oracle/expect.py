@@ -234,15 +234,17 @@ def _padding(rows: int, view: TrainerView) -> int:
 
 
 def exact_batch_metrics(
-    rollouts: Sequence[ExpectedRollout], rows: Sequence[ExpectedRow], view: TrainerView
+    rollouts: Sequence[ExpectedRollout], rows: Sequence[ExpectedRow], view: TrainerView,
+    unclipped: Mapping[str, float] | None = None,
 ) -> dict[str, float]:
     """Every batch metric of a valid step (float sums exact up to rounding), plus one optimizer step.
 
     (Scheduler increments are measured by the harness from the scheduler itself: `counts.scheduler`.)
 
     Meanings: `compactsim.harness.core.metrics`. `advantages/sum` is NeMo-RL's sum of the unmasked, broadcast
-    ``[R, S_pad]`` advantages (S_pad: the longest row rounded up to `make_sequence_length_divisible_by`);
-    `advantages/mean|min|max` are over trained positions.
+    ``[R, S_pad]`` advantages (S_pad: the longest row rounded up to `make_sequence_length_divisible_by`),
+    logged before clipping: `unclipped` maps rollout id → advantage before `advantage_clip_low/high`
+    (absent: no clip); `advantages/mean|min|max` are over trained positions, after clipping.
     """
     rows_per = Counter(r.logical_rollout_id for r in rows)
     adv = [float(r.advantage or 0.0) for r in rollouts]
@@ -271,7 +273,7 @@ def exact_batch_metrics(
         M.PR_DECLARED_BOUNDARIES: starts.get("declared_boundary", 0),
         M.PR_INFERRED_DISCONTINUITIES: starts.get("inferred_discontinuity", 0),
         M.OPTIMIZER_STEPS: 1,
-        M.ADVANTAGES_SUM: s_pad * math.fsum(float(r.advantage) for r in rows),
+        M.ADVANTAGES_SUM: s_pad * math.fsum(float((unclipped or {}).get(r.logical_rollout_id, r.advantage)) for r in rows),
         M.ADVANTAGES_MEAN: masked_sum / n_tokens if n_tokens else 0.0,
         M.ADVANTAGES_MIN: min((a for a, _ in token_adv), default=0.0),
         M.ADVANTAGES_MAX: max((a for a, _ in token_adv), default=0.0),
@@ -312,6 +314,7 @@ def expect_step(
     rewards = {m.truth.rollout_id: expected_reward(scenario, m.truth) for m in ordered}
     masked = {m.truth.rollout_id: (m.truth.rollout_index or 0) in scenario.mask_sample for m in ordered}
     advantages: dict[str, float | None] = dict.fromkeys(rewards)
+    unclipped: dict[str, float] = {}  # NeMo-RL logs advantages/sum before clipping (semantics §3.7)
     if ok:
         groups: dict[str, list[str]] = {}
         for m in ordered:
@@ -320,6 +323,8 @@ def expect_step(
             adv = group_advantages([rewards[i] for i in ids], leave_one_out=view.leave_one_out, normalize=view.normalize,
                                    clip_low=view.clip_low, clip_high=view.clip_high)
             advantages.update(zip(ids, adv.advantages, strict=True))
+            raw = group_advantages([rewards[i] for i in ids], leave_one_out=view.leave_one_out, normalize=view.normalize)
+            unclipped.update(zip(ids, raw.advantages, strict=True))
 
     rollouts = tuple(
         ExpectedRollout(
@@ -346,7 +351,7 @@ def expect_step(
             for row in expected_rows(m.plan, advantage=float(advantages[m.truth.rollout_id] or 0.0),
                                      mask_sample=masked[m.truth.rollout_id], route_layout=layout, pixel_digests=cache)
         )
-        metrics = exact_batch_metrics(rollouts, rows, view)
+        metrics = exact_batch_metrics(rollouts, rows, view, unclipped)
     per_step = tuple(e for e in parse_metric_expectations(scenario.metrics) if e.aggregate is None)
     return ExpectedStep(
         step=step,

@@ -94,6 +94,13 @@ class LogicalAdvantages:
     stds: tuple[float, ...]
     advantages: tuple[float, ...]
     mask_sample: tuple[bool, ...]
+    #: The advantages before `advantage_clip_low/high` (NeMo-RL logs `advantages/sum` from them,
+    #: nemo-rl-semantics §3.7); empty when no clip applies (then equal to `advantages`).
+    unclipped_advantages: tuple[float, ...] = ()
+
+    def unclipped(self, i: int) -> float:
+        """Rollout i's advantage before clipping."""
+        return self.unclipped_advantages[i] if self.unclipped_advantages else self.advantages[i]
 
     def index(self, rollout_id: str) -> int:
         """Position of `rollout_id`; `KeyError` when it is not in the batch."""
@@ -183,7 +190,9 @@ def compute_logical_advantages(evidence: Sequence[RolloutEvidence], cfg: Advanta
     check_unique_rollouts(ordered)
     check_group_sizes(ordered, cfg.num_generations_per_prompt)
     rewards = [_reward(e) for e in ordered]
+    clipped = cfg.advantage_clip_low is not None or cfg.advantage_clip_high is not None
     adv = np.zeros(len(ordered), dtype=np.float64)
+    raw = np.zeros(len(ordered), dtype=np.float64)
     base = np.zeros(len(ordered), dtype=np.float64)
     std = np.zeros(len(ordered), dtype=np.float64)
     start = 0
@@ -191,14 +200,18 @@ def compute_logical_advantages(evidence: Sequence[RolloutEvidence], cfg: Advanta
         end = start
         while end < len(ordered) and ordered[end].group_key == ordered[start].group_key:
             end += 1
+        group = rewards[start:end]
         a, b, s = grpo_advantages(
-            rewards[start:end],
+            group,
             leave_one_out=cfg.use_leave_one_out_baseline,
             normalize=cfg.normalize_rewards,
             clip_low=cfg.advantage_clip_low,
             clip_high=cfg.advantage_clip_high,
         )
         adv[start:end], base[start:end], std[start:end] = a, b, s
+        if clipped:  # what NeMo-RL logs as advantages/sum: the same estimate, not yet clipped
+            raw[start:end] = grpo_advantages(group, leave_one_out=cfg.use_leave_one_out_baseline,
+                                             normalize=cfg.normalize_rewards)[0]
         start = end
     return LogicalAdvantages(
         rollout_ids=tuple(e.rollout_id for e in ordered),
@@ -208,6 +221,7 @@ def compute_logical_advantages(evidence: Sequence[RolloutEvidence], cfg: Advanta
         stds=tuple(float(x) for x in std),
         advantages=tuple(float(x) for x in adv),
         mask_sample=tuple(bool(e.mask_sample) for e in ordered),
+        unclipped_advantages=tuple(float(x) for x in raw) if clipped else (),
     )
 
 

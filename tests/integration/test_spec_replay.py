@@ -44,6 +44,7 @@ SELECTION: dict[str, tuple[str, str | None, int | None] | None] = {
     "routes-not-recorded": ("missing_routed_experts", None, None),
     "fault-no-routes-replay-on": ("missing_routed_experts", "s0-g0-r1", 3),  # one call without routes
     "fault-no-routes-replay-off": None,  # the same call trains: §11 rules 1-2 replay -1
+    "advantage-clip-high-only": None,  # advantages/sum before the clip, the rows after it
 }
 SEED = 0
 ALLOWED_THIRD_PARTY = {"numpy", "PIL"}

@@ -524,8 +524,9 @@ class Trainer:
         return cls(**{name: data[name] for name in cls.__dataclass_fields__})
 
 
-def group_advantages(rewards: Sequence[float], t: Trainer) -> list[float]:
-    """§9: leave-one-out baseline, sample std (n−1) of the same set, epsilon only where std > 0, then clip."""
+def group_advantages(rewards: Sequence[float], t: Trainer, *, clip: bool = True) -> list[float]:
+    """§9: leave-one-out baseline, sample std (n−1) of the same set, epsilon only where std > 0, then clip
+    (`clip=False`: the advantages `advantages/sum` adds up, §14)."""
     n = len(rewards)
     out: list[float] = []
     for i, r in enumerate(rewards):
@@ -541,9 +542,9 @@ def group_advantages(rewards: Sequence[float], t: Trainer) -> list[float]:
             a = r - b
             if t.normalize and s > 0:
                 a = a / (s + STD_EPSILON)
-        if t.clip_low is not None:
+        if clip and t.clip_low is not None:
             a = max(a, t.clip_low)
-        if t.clip_high is not None:
+        if clip and t.clip_high is not None:
             a = min(a, t.clip_high)
         out.append(a)
     return out
@@ -638,6 +639,7 @@ def build_rows(scenario: str, step: int, ordered: Sequence[Rollout], t: Trainer,
     for k, r in enumerate(ordered):
         groups.setdefault(r.group_key, []).append(k)
     advantage = [0.0] * len(ordered)
+    unclipped = [0.0] * len(ordered)
     for members in groups.values():
         rewards = []
         for k in members:
@@ -646,6 +648,8 @@ def build_rows(scenario: str, step: int, ordered: Sequence[Rollout], t: Trainer,
             rewards.append(float(ordered[k].reward))  # type: ignore[arg-type]
         for k, a in zip(members, group_advantages(rewards, t)):
             advantage[k] = a
+        for k, a in zip(members, group_advantages(rewards, t, clip=False)):
+            unclipped[k] = a
     layout = batch_route_layout(ordered)
     has_routes = layout is not None
     rows: list[dict[str, Any]] = []
@@ -695,7 +699,7 @@ def build_rows(scenario: str, step: int, ordered: Sequence[Rollout], t: Trainer,
     rows += [{"scenario": scenario, "step": step, "physical_trace_id": None, "logical_rollout_id": None,
               "parent_index": -1, "input_ids": [], "token_mask": [], "generation_logprobs": [], "advantages": [],
               "sample_mask": 0.0} for _ in range(padding)]
-    return rows, batch_metrics(ordered, advantage, real, padding, t)
+    return rows, batch_metrics(ordered, advantage, real, padding, t, unclipped)
 
 
 def _pixel_digest(r: Rollout, media_id: str, turn: int, cache: dict[str, str]) -> str:
@@ -717,8 +721,8 @@ def _pixel_digest(r: Rollout, media_id: str, turn: int, cache: dict[str, str]) -
 
 
 def batch_metrics(ordered: Sequence[Rollout], advantage: Sequence[float], rows: Sequence[Mapping[str, Any]],
-                  padding: int, t: Trainer) -> dict[str, float]:
-    """§14, every exact batch metric of a training step."""
+                  padding: int, t: Trainer, unclipped: Sequence[float]) -> dict[str, float]:
+    """§14, every exact batch metric of a training step (`unclipped`: each rollout's advantage before the clip)."""
     n_rows = len(rows)
     n = len(ordered)
     per_rollout = Counter(row["parent_index"] for row in rows)
@@ -745,7 +749,7 @@ def batch_metrics(ordered: Sequence[Rollout], advantage: Sequence[float], rows: 
                                                            for r in ordered),
         "physical_trace_training/inferred_discontinuities": 0,
         "physical_trace_training/optimizer_steps": 1,
-        "advantages/sum": s_pad * math.fsum(row["rollout_advantage"] for row in rows),
+        "advantages/sum": s_pad * math.fsum(unclipped[row["parent_index"]] for row in rows),
         "advantages/mean": math.fsum(a * m for a, m in trained) / tokens if tokens else 0.0,
         "advantages/min": min((a for a, _ in trained), default=0.0),
         "advantages/max": max((a for a, _ in trained), default=0.0),

@@ -295,7 +295,9 @@ def test_rows_dump_mask_spans_are_strict_ints(spans, field, problem_text):
 def test_rows_dump_error_line_turn_and_step_are_strict_ints():
     refusal = {"scenario": "s", "step": 0, "error": {"code": "incomplete_group", "turn_id": -3}}
     err = problem(refusal)
-    assert (err.field, err.problem) == ("error.turn_id", "expected an integer in [1, 2147483648), got -3")
+    assert (err.field, err.problem) == ("error.turn_id", "expected an integer in [0, 2147483648), got -3")
+    zero = {"scenario": "s", "step": 0, "error": {"code": "incomplete_group", "turn_id": 0}}
+    assert parse_rows_dump(text(zero)).errors[0].turn_id == 0  # read, then compared (a 0-based trainer's turn)
     err = problem({"scenario": "s", "step": 1.5, "error": {"code": "incomplete_group"}})
     assert (err.field, err.problem) == ("step", "1.5 is not of type 'integer'")
 

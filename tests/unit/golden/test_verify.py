@@ -122,8 +122,8 @@ def test_verify_reports_optional_fields_left_out_as_not_checked():
     report = verify(lines)
     assert report.passed
     assert dict(report.scenarios[0].not_checked) == {
-        "trace_index": 3, "rollout_advantage": 2, "sample_mask": 3, "generation_policy_version": 3, "media_ids": 3,
-        "pixel_digests": 3, "routed_experts_sentinel_positions": 3}
+        "trace_index": 3, "rollout_advantage": 2, "generation_policy_version": 3, "media_ids": 3,
+        "pixel_digests": 3, "routed_experts_sentinel_positions": 3}  # sample_mask has a default: always checked
 
 
 def test_verify_checks_metrics_only_when_a_metrics_dump_is_given():
