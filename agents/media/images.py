@@ -17,6 +17,10 @@ from PIL import Image, ImageDraw
 from compactsim.harness.core.seeds import rng
 
 ImageKind = Literal["screen", "shape"]
+#: Pillow mode of the saved PNG. The pixels are drawn in RGB either way; RGBA adds an alpha mask
+#: (which an RGB conversion drops), L is grey, P a 16-colour palette. A pixel digest must hash the
+#: RGB conversion (golden spec §13), so a reader that hashes the raw array sees 4, 1 or 1 channels.
+ImageMode = Literal["RGB", "RGBA", "L", "P"]
 Shape = Literal["circle", "square", "triangle", "cross"]
 SHAPES: tuple[str, ...] = ("circle", "square", "triangle", "cross")
 
@@ -30,6 +34,7 @@ class ImageRecipe:
     width: int = 32
     height: int = 24
     shape: Shape | None = None
+    mode: ImageMode = "RGB"
 
     def __post_init__(self) -> None:
         if not (4 <= self.width <= 512 and 4 <= self.height <= 512):
@@ -72,14 +77,30 @@ def _draw_shape(draw: ImageDraw.ImageDraw, recipe: ImageRecipe, seed: int) -> No
         draw.line((box[0], box[3], box[2], box[1]), fill=fg, width=2)
 
 
+def _in_mode(image: Image.Image, mode: str) -> Image.Image:
+    """`image` (RGB) saved as `mode`: alpha is a fixed stripe pattern, the palette Pillow's median cut."""
+    if mode == "RGBA":
+        alpha = Image.new("L", image.size, 255)
+        ImageDraw.Draw(alpha).rectangle((0, 0, image.width // 2, image.height - 1), fill=96)
+        out = image.copy()
+        out.putalpha(alpha)
+        return out
+    if mode == "L":
+        return image.convert("L")
+    if mode == "P":
+        return image.quantize(colors=16, method=Image.Quantize.MEDIANCUT, dither=Image.Dither.NONE)
+    return image
+
+
 def render_png(recipe: ImageRecipe, *, seed: int) -> bytes:
-    """The PNG bytes of a recipe (RGB, 8-bit, no metadata, fixed compression)."""
+    """The PNG bytes of a recipe (8-bit, in `recipe.mode`, no metadata, fixed compression)."""
     image = Image.new("RGB", (recipe.width, recipe.height))
     draw = ImageDraw.Draw(image)
     if recipe.kind == "screen":
         _draw_screen(draw, recipe, seed)
     else:
         _draw_shape(draw, recipe, seed)
+    image = _in_mode(image, recipe.mode)
     buf = io.BytesIO()
     image.save(buf, format="PNG", compress_level=9, optimize=False)
     return buf.getvalue()
@@ -90,4 +111,4 @@ def png_data_url(png: bytes) -> str:
     return "data:image/png;base64," + base64.b64encode(png).decode("ascii")
 
 
-__all__ = ["SHAPES", "ImageKind", "ImageRecipe", "Shape", "png_data_url", "render_png"]
+__all__ = ["SHAPES", "ImageKind", "ImageMode", "ImageRecipe", "Shape", "png_data_url", "render_png"]

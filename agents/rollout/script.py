@@ -40,9 +40,12 @@ class ImageSpec(_Strict):
     width: int = Field(default=32, ge=4, le=512)
     height: int = Field(default=24, ge=4, le=512)
     detail: str = "auto"
+    #: The PNG's Pillow mode (pixels drawn in RGB; see `compactsim.agents.media.images.ImageMode`).
+    mode: Literal["RGB", "RGBA", "L", "P"] = "RGB"
 
     def recipe(self) -> ImageRecipe:
-        return ImageRecipe(kind=self.kind, key=self.key, width=self.width, height=self.height, shape=self.shape)
+        return ImageRecipe(kind=self.kind, key=self.key, width=self.width, height=self.height, shape=self.shape,
+                           mode=self.mode)
 
     def part(self, seed: int) -> dict[str, Any]:
         """The `input_image` content part (Gym's three keys, so its media id is Gym's)."""

@@ -45,6 +45,8 @@ SELECTION: dict[str, tuple[str, str | None, int | None] | None] = {
     "fault-no-routes-replay-on": ("missing_routed_experts", "s0-g0-r1", 3),  # one call without routes
     "fault-no-routes-replay-off": None,  # the same call trains: §11 rules 1-2 replay -1
     "advantage-clip-high-only": None,  # advantages/sum before the clip, the rows after it
+    "image-modes": None,  # RGBA, greyscale and palette PNGs: pixel digests of the RGB conversion
+    "layout-sequence-divisible-by-64": None,  # S_pad rounded up to 64 in advantages/sum
 }
 SEED = 0
 ALLOWED_THIRD_PARTY = {"numpy", "PIL"}

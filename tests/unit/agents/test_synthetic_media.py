@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import io
 
+import numpy as np
 import pytest
 from PIL import Image
 
@@ -89,3 +90,15 @@ def test_smallest_allowed_screens_render_for_many_keys(width, height):
     for key in range(40):
         png = render_png(ImageRecipe(kind="screen", key=f"k{key}", width=width, height=height), seed=3)
         assert png.startswith(b"\x89PNG")
+
+
+@pytest.mark.parametrize(("mode", "raw_shape"), [("RGBA", (24, 32, 4)), ("L", (24, 32)), ("P", (24, 32))])
+def test_image_modes_save_that_mode_and_keep_the_rgb_pixels_where_they_can(mode: str, raw_shape: tuple[int, ...]):
+    rgb = render_png(ImageRecipe("screen", "s1"), seed=3)
+    png = render_png(ImageRecipe("screen", "s1", mode=mode), seed=3)  # type: ignore[arg-type]
+    image = Image.open(io.BytesIO(png))
+    assert image.mode == mode and png == render_png(ImageRecipe("screen", "s1", mode=mode), seed=3)  # type: ignore[arg-type]
+    assert np.asarray(image).shape == raw_shape
+    if mode != "L":  # alpha is dropped by the RGB conversion; a 16-colour palette holds every screen colour
+        assert _pixels(png) == _pixels(rgb)
+    assert ImageSpec(key="s1", mode=mode).recipe().mode == mode
