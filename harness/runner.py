@@ -210,6 +210,14 @@ def open_servers(model_settings: Mapping[str, Any], reward_settings: Mapping[str
     return open_mock_servers(model_settings, reward_settings, mode)
 
 
+def _specs_of_groups(scenario: Any, specs: Sequence[Any], step: int, groups: set[int], *, fresh: bool) -> list[Any]:
+    """The step's rollout specs whose group is (`fresh`) or is not (not `fresh`) one of `groups`."""
+    from compactsim.scenarios.build import slots
+
+    group_of = {s.rollout_id: s.group for s in slots(scenario, step)}
+    return [spec for spec in specs if (group_of[spec.rollout_id] in groups) == fresh]
+
+
 def _push_weights(client: Any, state: Any) -> None:
     """`POST /weights`; the server's new `policy_version` must be the trainer's."""
     resp = client.post("/weights", content=state.policy.to_bytes(), headers={"content-type": "application/octet-stream"})
@@ -430,16 +438,25 @@ def _execute(
         # weights of that moment, so step j trains on rollouts of version max(0, j - lead)
         a = cfg.grpo.async_grpo
         lead = a.max_trajectory_age_steps if a.enabled else 0
-        ahead: dict[int, tuple[Any, int]] = {}  # step -> (its collected rollouts, the version they were generated at)
+        # `fresh_groups` are collected right before their step trains, the others `lead` steps ahead:
+        # one batch then holds two policy versions (NeMo-RL's replay buffer mixes group ages)
+        fresh = set(scenario.fresh_groups) if lead else set()
+        ahead: dict[int, tuple[Any, dict[str, int]]] = {}  # step -> (rollouts collected ahead, rollout id -> version)
         for k in range(scenario.steps):
             with clock.stage("collect"):
                 for j in range(k, min(scenario.steps, k + lead + 1)):
                     if j not in ahead:
-                        ahead[j] = (collect(build.specs[j], servers, executor=LocalExecutor(options.workers)),
-                                    generation_version)
-                collected, collected_at = ahead.pop(k)
+                        early = _specs_of_groups(scenario, build.specs[j], j, fresh, fresh=False)
+                        got = collect(early, servers, executor=LocalExecutor(options.workers))
+                        ahead[j] = (list(got), {c.rollout_id: generation_version for c in got})
+                collected, versions = ahead.pop(k)
+                late = _specs_of_groups(scenario, build.specs[k], k, fresh, fresh=True)
+                if late:
+                    got = collect(late, servers, executor=LocalExecutor(options.workers))
+                    collected += got
+                    versions.update({c.rollout_id: generation_version for c in got})
                 logs_by_step.append([c.ground_truth for c in collected])
-                results = step_results(scenario, k, collected, generation_version=collected_at)
+                results = step_results(scenario, k, collected, generation_version=versions)
             with clock.stage("write"):
                 # the agents' ground truth (the oracle's input) and what the trainer received (results/)
                 files[f"rollouts/step-{k:04d}.jsonl"], rollouts = _jsonl(

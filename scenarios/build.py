@@ -188,7 +188,7 @@ def _result_of(item: Any) -> dict[str, Any] | None:
 
 
 def step_results(
-    scenario: Scenario, step: int, collected: Sequence[Any], *, generation_version: int | None
+    scenario: Scenario, step: int, collected: Sequence[Any], *, generation_version: int | Mapping[str, int] | None
 ) -> list[dict[str, Any]]:
     """The Gym results the trainer receives at `step`, from the step's collected rollouts.
 
@@ -196,7 +196,8 @@ def step_results(
     in any order. Failed rollouts (result None) are left out. Each result is labelled with
     ``trainer_policy_version`` = `generation_version`: the policy version the trainer had synced to the
     generation server when these rollouts were collected (its own bookkeeping; Gym's items carry no
-    version). None leaves the results unlabelled. Then the scenario's mutation and batch corruption
+    version), one for the step or one per rollout id (`fresh_groups`). None leaves the results
+    unlabelled. Then the scenario's mutation and batch corruption
     aimed at this step are applied. Results are deep copies; input is untouched.
     Raises `MutationNotApplicable` (a `ValueError`) when the mutation's target lacks what it edits,
     and `ConfigError("invalid_argument")` when a target rollout did not complete.
@@ -210,8 +211,9 @@ def step_results(
     results: list[tuple[str, dict[str, Any]]] = [(rid, copy.deepcopy(by_id[rid])) for rid in order  # type: ignore[misc]
                                                  if by_id.get(rid) is not None]
     if generation_version is not None:
-        for _, result in results:
-            with_trainer_policy_version(result, generation_version)
+        for rid, result in results:
+            version = generation_version if isinstance(generation_version, int) else generation_version[rid]
+            with_trainer_policy_version(result, version)
 
     def target(kind: str, ref: Any) -> int:
         rid = rollout_id(step, ref.group, ref.index)

@@ -345,6 +345,10 @@ class Scenario(_Strict):
     rewards: RewardsSpec = RewardsSpec(pattern=(1.0, 0.0))
     #: Rollout indices (in every group) whose verify answer sets `mask_sample`.
     mask_sample: tuple[int, ...] = ()
+    #: Async GRPO only: groups of every step collected right before that step trains, with the
+    #: newest weights, while the other groups were collected `max_trajectory_age_steps` ahead; the
+    #: batch then mixes policy versions, as NeMo-RL's replay buffer hands out groups of several ages.
+    fresh_groups: tuple[Annotated[int, Field(ge=0, lt=MAX_GROUPS)], ...] = ()
     #: `TrainerConfig` overrides (nested), merged over the scenario's defaults (see `trainer_values`).
     trainer: dict[str, Any] = Field(default_factory=dict)
     steps: int = Field(1, ge=1, le=MAX_STEPS)
@@ -403,6 +407,9 @@ class Scenario(_Strict):
         if self.tasks is not None and len(self.tasks) != self.groups:
             problems.append(f"tasks {list(self.tasks)} has {len(self.tasks)} task number(s); give one per group "
                             f"(groups={self.groups})")
+        bad_fresh = sorted(g for g in self.fresh_groups if g >= self.groups)
+        if bad_fresh:
+            problems.append(f"fresh_groups {bad_fresh} names groups outside groups={self.groups}")
         bad_mask = [i for i in self.mask_sample if not 0 <= i < self.group_size]
         if bad_mask:
             problems.append(f"mask_sample {bad_mask} names rollout indices outside the group (group_size={self.group_size})")
@@ -436,6 +443,9 @@ class Scenario(_Strict):
         caps = (("dp_size", cfg.policy.dp_size, MAX_DP_SIZE),
                 ("train_micro_batch_size", cfg.policy.train_micro_batch_size, MAX_MICRO_BATCH_SIZE),
                 ("make_sequence_length_divisible_by", cfg.policy.make_sequence_length_divisible_by, MAX_SEQ_DIVISIBLE_BY))
+        if self.fresh_groups and not cfg.grpo.async_grpo.enabled:
+            raise ValueError("fresh_groups needs async GRPO (trainer.grpo.async_grpo.enabled): a sync step "
+                             "collects all its groups at once")
         over = [f"policy.{name}={value} exceeds {cap}" for name, value, cap in caps if value > cap]
         if over:
             raise ValueError(f"trainer: {'; '.join(over)} (padding would allocate gigabytes)")
@@ -536,6 +546,8 @@ class Scenario(_Strict):
             why.append("per-rollout overrides")
         if self.tasks is not None:
             why.append("explicit tasks")
+        if self.fresh_groups:
+            why.append("fresh groups")
         if self.rewards.pattern is None:
             why.append(f"{self.rewards.kind} rewards")
         if not isinstance(self.compaction, str):

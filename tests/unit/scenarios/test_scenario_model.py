@@ -122,6 +122,10 @@ def test_training_recipe_maps_a_uniform_scenario_and_refuses_the_rest():
         ({"groups": 2, "tasks": [0, -1]}, "tasks.1\n  Input should be greater than or equal to 0"),
         ({"groups": 2, "tasks": [0, 8]}, "tasks.1\n  Input should be less than 8"),
         ({"groups": 2, "tasks": [0, "a"]}, "tasks.1\n  Input should be a valid integer"),
+        ({"groups": 2, "fresh_groups": [1]}, "fresh_groups needs async GRPO"),
+        ({"groups": 2, "fresh_groups": [2], "trainer": {"grpo": {"async_grpo": {"enabled": True}},
+                                                         "loss_fn": {"use_importance_sampling_correction": True}}},
+         "fresh_groups [2] names groups outside groups=2"),
     ],
 )
 def test_invalid_scenarios_are_rejected_naming_the_field(data, message):
