@@ -415,15 +415,8 @@ def verify_scenario(
 
 def _skip_unstated_advantages(expectation: ScenarioExpectation, omitted: Sequence[Omission]) -> ScenarioExpectation:
     """The expectation with no advantage for rollouts whose advantage the dump never states (check skipped)."""
-    skip = {(o.step, o.target) for o in omitted if o.field == "rollout_advantage"}
-    if not skip:
-        return expectation
-    steps = tuple(
-        replace(st, rollouts=tuple(replace(r, advantage=None) if (st.step, r.rollout_id) in skip else r
-                                   for r in st.rollouts))
-        for st in expectation.steps
-    )
-    return replace(expectation, steps=steps)
+    return _unset(expectation, omitted, "rollout_advantage", lambda st, skip: replace(st, rollouts=tuple(
+        replace(r, advantage=None) if (st.step, r.rollout_id) in skip else r for r in st.rollouts)))
 
 
 def _skip_unstated_routes(expectation: ScenarioExpectation, omitted: Sequence[Omission]) -> ScenarioExpectation:
@@ -432,15 +425,17 @@ def _skip_unstated_routes(expectation: ScenarioExpectation, omitted: Sequence[Om
     Those rows' sentinels are then checked as the dump declares them, exactly as for goldens
     without routes, instead of the whole row being reported as trained without replay.
     """
-    skip = {(o.step, o.target) for o in omitted if o.field == "routed_experts"}
+    return _unset(expectation, omitted, "routed_experts", lambda st, skip: replace(st, rows=tuple(
+        replace(r, routes=None) if (st.step, r.physical_trace_id) in skip else r for r in st.rows)))
+
+
+def _unset(expectation: ScenarioExpectation, omitted: Sequence[Omission], field: str,
+           edit: Callable[[ExpectedStep, set[tuple[int, str]]], ExpectedStep]) -> ScenarioExpectation:
+    """`expectation` with `edit(step, skip)` applied to every step; `skip`: the (step, target) omitting `field`."""
+    skip = {(o.step, o.target) for o in omitted if o.field == field}
     if not skip:
         return expectation
-    steps = tuple(
-        replace(st, rows=tuple(replace(r, routes=None) if (st.step, r.physical_trace_id) in skip else r
-                               for r in st.rows))
-        for st in expectation.steps
-    )
-    return replace(expectation, steps=steps)
+    return replace(expectation, steps=tuple(edit(st, skip) for st in expectation.steps))
 
 
 def _drop_unchecked(report: AuditReport, omitted: Sequence[Omission], *, reproduce: str, strict: bool) -> AuditReport:
