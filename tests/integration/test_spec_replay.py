@@ -49,6 +49,7 @@ SELECTION: dict[str, tuple[str, str | None, int | None] | None] = {
     "image-modes": None,  # RGBA, greyscale and palette PNGs: pixel digests of the RGB conversion
     "layout-sequence-divisible-by-64": None,  # S_pad rounded up to 64 in advantages/sum
     "async-grpo-mixed-age-batch": None,  # one async batch, two policy versions, each row its own
+    "sequence-at-the-cap": None,  # a row exactly at max_total_sequence_length trains
 }
 SEED = 0
 ALLOWED_THIRD_PARTY = {"numpy", "PIL"}

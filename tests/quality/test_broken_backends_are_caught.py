@@ -113,6 +113,14 @@ def test_legacy_media_without_the_request_input_cannot_train_silently():
     assert finding.check == "verdict.unexpected_error" and "<|image|> tokens but" in finding.message
 
 
+def test_an_exclusive_sequence_cap_refuses_the_row_that_sits_exactly_at_it():
+    spec = "tests.quality.sequence_cap_exclusive:Backend"
+    rec = run_scenario(resolve_scenarios(["sequence-at-the-cap"])[0], RunOptions(backend=spec)).record
+    assert (rec.passed, rec.observed) == (False, "error:sequence_too_long")
+    [finding] = rec.findings
+    assert finding.check == "verdict.unexpected_error"
+
+
 @pytest.mark.parametrize("module", CRASHING)
 def test_failing_backend_is_a_finding_with_the_raising_frame(module: str):
     mod = importlib.import_module(f"tests.quality.{module}")
