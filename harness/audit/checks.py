@@ -450,12 +450,13 @@ def check_padding(report: Reporter, observed: ObservedStep, expected_real_rows: 
         if row.is_padding:
             if seen_padding is None:
                 seen_padding = row.row_index
-            weight = (bool(np.any(np.asarray(row.token_mask) != 0)) or bool(np.any(np.asarray(row.advantages) != 0))
-                      or row.sample_mask != 0 or row.length > 1)
-            if weight:
-                out.append(report("padding.weight", f"padding row {row.row_index} has mask sum "
-                                  f"{float(np.sum(row.token_mask))}, sample_mask {row.sample_mask}, length {row.length}",
-                                  expected=0, actual=row.row_index, position=None))
+            got = {"mask_sum": float(np.sum(row.token_mask)), "advantage_abs_sum": float(np.sum(np.abs(row.advantages))),
+                   "sample_mask": float(row.sample_mask), "length": row.length}
+            if got["mask_sum"] or got["advantage_abs_sum"] or got["sample_mask"] or row.length > 1:
+                out.append(report("padding.weight", f"padding row {row.row_index} has mask sum {got['mask_sum']}, "
+                                  f"sample_mask {row.sample_mask}, length {row.length}",
+                                  expected={"mask_sum": 0.0, "advantage_abs_sum": 0.0, "sample_mask": 0.0, "length": "0 or 1"},
+                                  actual=got, position=None))
         elif seen_padding is not None:
             out.append(report("padding.order", f"real row {row.row_index} ({row.physical_trace_id!r}) follows padding "
                               f"row {seen_padding}; padding is added only after all rows are combined",

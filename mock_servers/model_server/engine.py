@@ -484,6 +484,8 @@ def apply_content_faults(gen: Generation, kinds: frozenset[str]) -> Generation:
             gen = replace(gen, routes=np.concatenate([gen.routes, extra], axis=0))
         elif "missing_route_rows" in kinds:
             gen = replace(gen, routes=gen.routes[:-2])
+        elif "one_surplus_route_row" in kinds:  # valid vLLM packing: one row past the last token
+            gen = replace(gen, routes=np.concatenate([gen.routes, gen.routes[-1:]], axis=0))
     return gen
 
 

@@ -32,11 +32,13 @@ FaultKind = Literal[
     "surplus_route_rows",  # routed_experts gets 2 extra rows (vLLM allows at most 1 surplus)
     "missing_route_rows",  # routed_experts loses its last 2 rows
     "no_routes",  # routed_experts left out of the answer (vLLM returned no routes for this call)
+    "one_surplus_route_row",  # not a fault: the one extra final route row vLLM's packing allows (dropped by trainers)
     "finish_length",  # the stop token is dropped and finish_reason is "length"
 ]
 FAULT_KINDS: tuple[str, ...] = (
     "http_500", "http_503", "timeout", "slow", "truncated_json", "drop_connection", "missing_logprobs",
-    "logprob_length_mismatch", "surplus_route_rows", "missing_route_rows", "no_routes", "finish_length",
+    "logprob_length_mismatch", "surplus_route_rows", "missing_route_rows", "no_routes", "one_surplus_route_row",
+    "finish_length",
 )
 #: Faults decided at the transport layer (at most one applies: the first matching in list order).
 TRANSPORT_FAULTS: frozenset[str] = frozenset({"http_500", "http_503", "timeout", "truncated_json", "drop_connection"})

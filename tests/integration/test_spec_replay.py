@@ -50,6 +50,7 @@ SELECTION: dict[str, tuple[str, str | None, int | None] | None] = {
     "layout-sequence-divisible-by-64": None,  # S_pad rounded up to 64 in advantages/sum
     "async-grpo-mixed-age-batch": None,  # one async batch, two policy versions, each row its own
     "sequence-at-the-cap": None,  # a row exactly at max_total_sequence_length trains
+    "routes-one-surplus-row": None,  # vLLM's one surplus route row per call is dropped (§11)
 }
 SEED = 0
 ALLOWED_THIRD_PARTY = {"numpy", "PIL"}

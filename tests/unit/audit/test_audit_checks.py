@@ -204,7 +204,8 @@ def test_declared_sentinel_on_a_repaired_position_is_one_finding_naming_both_fac
 
 def test_padding_row_with_weight_is_reported():
     f = only(audit(edit(artifact(), "row_token_mask", (3, 0), 1)).findings)
-    assert (f.check, f.actual) == ("padding.weight", 3)
+    assert f.check == "padding.weight" and f.message.startswith("padding row 3 has mask sum 1.0")
+    assert (f.actual["mask_sum"], f.actual["sample_mask"], f.expected["mask_sum"]) == (1.0, 0.0, 0.0)
 
 
 def test_padding_before_a_real_row_is_reported():

@@ -59,7 +59,8 @@ def test_logprob_length_mismatch_fault_returns_one_logprob_fewer():
     assert len(choice["logprobs"]["content"]) == len(choice["token_ids"]) - 1
 
 
-@pytest.mark.parametrize(("kind", "delta"), [("surplus_route_rows", 2), ("missing_route_rows", -2)])
+@pytest.mark.parametrize(("kind", "delta"), [("surplus_route_rows", 2), ("missing_route_rows", -2),
+                                            ("one_surplus_route_row", 1)])
 def test_route_row_faults_change_the_row_count(kind, delta):
     body = _chat(_settings(FaultSpec(kind=kind))).json()
     n = len(body["prompt_token_ids"]) + len(body["choices"][0]["token_ids"])
@@ -144,7 +145,8 @@ def test_fault_probability_is_decided_by_the_request_digest():
 def test_every_fault_kind_is_documented_and_covered():
     assert set(FAULT_KINDS) == {
         "http_500", "http_503", "timeout", "slow", "truncated_json", "drop_connection", "missing_logprobs",
-        "logprob_length_mismatch", "surplus_route_rows", "missing_route_rows", "no_routes", "finish_length",
+        "logprob_length_mismatch", "surplus_route_rows", "missing_route_rows", "no_routes", "one_surplus_route_row",
+        "finish_length",
     }
     with pytest.raises(ValueError):
         FaultSpec(kind="explode")  # type: ignore[arg-type]
