@@ -57,7 +57,7 @@ class LogicalRecord:
     #: refuses them in the Gym path; with replay off their positions replay -1, "use the router").
     #: Not in `to_json`: the evidence says it, and step artifacts keep their bytes.
     route_less_turns: tuple[int, ...] = ()
-    #: The advantage before `advantage_clip_low/high` (None: no clip applies, it equals `advantage`);
+    #: The advantage before `advantage_clip_low/high` (None in a record built without it: `advantage`);
     #: `advantages/sum` is logged from it, as NeMo-RL logs it before clipping (semantics §3.7).
     unclipped_advantage: float | None = None
 

@@ -16,6 +16,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
+import numpy as np
+
 from compactsim.harness.core.errors import ConfigError
 from compactsim.harness.core.expectations import (
     ExpectedError,
@@ -181,8 +183,15 @@ def row_from_line(line: Mapping[str, Any]) -> ExpectedRow:
         sentinel_positions=tuple(int(p) for p in line["routed_experts_sentinel_positions"]),
         repaired_positions=tuple(int(p) for p in line["routed_experts_repaired_positions"]),
         generation_policy_version=line["generation_policy_version"],
-        routes=None if line.get("routed_experts") is None else parse_routes(line["routed_experts"], len(line["input_ids"])),
+        routes=_routes(line.get("routed_experts"), len(line["input_ids"])),
     )
+
+
+def _routes(value: Any, n_tokens: int) -> np.ndarray | None:
+    """A line's routes: None, an array the golden reader already decoded, or the JSON lists to decode."""
+    if value is None or isinstance(value, np.ndarray):
+        return value
+    return parse_routes(value, n_tokens)
 
 
 # ------------------------------------------------------------------------------------ documents

@@ -115,12 +115,15 @@ def _read_lines(files: GoldenFiles, path: str, schema: str) -> list[dict[str, An
     return lines
 
 
-def _check_routes(files: GoldenFiles, path: str, line: int, row: Mapping[str, Any]) -> None:
-    """The row's routes (when it has them) are one [layers][topk] per token: what the schema cannot relate."""
+def _check_routes(files: GoldenFiles, path: str, line: int, row: dict[str, Any]) -> None:
+    """The row's routes (when it has them) are one [layers][topk] per token: what the schema cannot relate.
+
+    The decoded array replaces the lists in `row`, so the codec does not decode them a second time.
+    """
     if row.get("routed_experts") is None:
         return
     try:
-        parse_routes(row["routed_experts"], len(row["input_ids"]))
+        row["routed_experts"] = parse_routes(row["routed_experts"], len(row["input_ids"]))
     except RoutesFieldError as exc:
         where = exc.field.replace("][", "/").replace("[", "/").replace("]", "")  # this reader's path style
         raise InputError(files.source(path), line, where, exc.problem) from None

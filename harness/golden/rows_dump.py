@@ -152,11 +152,11 @@ def _field_of(error: ValidationError) -> tuple[str, str]:
 
 
 def _schema_check(name: str, obj: Any, source: str, lineno: int) -> None:
-    check = fast_check(name)  # jsonschema walks every id of a row's routes; the compiled predicate tests types in bulk
-    if check is not None and check(obj):
-        return
+    # jsonschema walks every id of a row's routes; the compiled predicate (exact: it refuses what
+    # jsonschema refuses) tests types in bulk, and jsonschema then only explains a refusal
+    check = fast_check(name)
     v = validator(name)
-    if v.is_valid(obj):
+    if check(obj) if check is not None else v.is_valid(obj):
         return
     error = best_match(v.iter_errors(obj))
     assert error is not None

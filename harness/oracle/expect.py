@@ -323,8 +323,7 @@ def expect_step(
             adv = group_advantages([rewards[i] for i in ids], leave_one_out=view.leave_one_out, normalize=view.normalize,
                                    clip_low=view.clip_low, clip_high=view.clip_high)
             advantages.update(zip(ids, adv.advantages, strict=True))
-            raw = group_advantages([rewards[i] for i in ids], leave_one_out=view.leave_one_out, normalize=view.normalize)
-            unclipped.update(zip(ids, raw.advantages, strict=True))
+            unclipped.update(zip(ids, adv.unclipped, strict=True))
 
     rollouts = tuple(
         ExpectedRollout(

@@ -27,6 +27,8 @@ class GroupAdvantages:
     baselines: tuple[float, ...]
     stds: tuple[float, ...]
     advantages: tuple[float, ...]
+    #: The advantages before `clip_low/high` (NeMo-RL logs `advantages/sum` from them, semantics §3.7).
+    unclipped: tuple[float, ...] = ()
 
 
 def group_advantages(
@@ -42,10 +44,10 @@ def group_advantages(
     n = len(exact)
     if n <= 1:
         zero = _clip(0.0, clip_low, clip_high)
-        return GroupAdvantages(tuple(float(r) for r in exact), (0.0,) * n, (zero,) * n)
+        return GroupAdvantages(tuple(float(r) for r in exact), (0.0,) * n, (zero,) * n, (0.0,) * n)
     baselines: list[float] = []
     stds: list[float] = []
-    advantages: list[float] = []
+    unclipped: list[float] = []
     for i, r in enumerate(exact):
         others = exact[:i] + exact[i + 1 :] if leave_one_out else exact
         m = len(others)
@@ -55,11 +57,11 @@ def group_advantages(
         adv = float(r - mean)
         if normalize and std > 0:
             adv = adv / (std + STD_EPSILON)
-        adv = _clip(adv, clip_low, clip_high)
         baselines.append(float(mean))
         stds.append(std)
-        advantages.append(adv)
-    return GroupAdvantages(tuple(baselines), tuple(stds), tuple(advantages))
+        unclipped.append(adv)
+    advantages = tuple(_clip(a, clip_low, clip_high) for a in unclipped)
+    return GroupAdvantages(tuple(baselines), tuple(stds), advantages, tuple(unclipped))
 
 
 def _clip(value: float, low: float | None, high: float | None) -> float:

@@ -95,7 +95,7 @@ class LogicalAdvantages:
     advantages: tuple[float, ...]
     mask_sample: tuple[bool, ...]
     #: The advantages before `advantage_clip_low/high` (NeMo-RL logs `advantages/sum` from them,
-    #: nemo-rl-semantics §3.7); empty when no clip applies (then equal to `advantages`).
+    #: nemo-rl-semantics §3.7); empty in a value built without them (then read as `advantages`).
     unclipped_advantages: tuple[float, ...] = ()
 
     def unclipped(self, i: int) -> float:
@@ -209,9 +209,9 @@ def compute_logical_advantages(evidence: Sequence[RolloutEvidence], cfg: Advanta
             clip_high=cfg.advantage_clip_high,
         )
         adv[start:end], base[start:end], std[start:end] = a, b, s
-        if clipped:  # what NeMo-RL logs as advantages/sum: the same estimate, not yet clipped
-            raw[start:end] = grpo_advantages(group, leave_one_out=cfg.use_leave_one_out_baseline,
-                                             normalize=cfg.normalize_rewards)[0]
+        # what NeMo-RL logs as advantages/sum: the same estimate, not yet clipped
+        raw[start:end] = grpo_advantages(group, leave_one_out=cfg.use_leave_one_out_baseline,
+                                         normalize=cfg.normalize_rewards)[0] if clipped else a
         start = end
     return LogicalAdvantages(
         rollout_ids=tuple(e.rollout_id for e in ordered),
@@ -221,7 +221,7 @@ def compute_logical_advantages(evidence: Sequence[RolloutEvidence], cfg: Advanta
         stds=tuple(float(x) for x in std),
         advantages=tuple(float(x) for x in adv),
         mask_sample=tuple(bool(e.mask_sample) for e in ordered),
-        unclipped_advantages=tuple(float(x) for x in raw) if clipped else (),
+        unclipped_advantages=tuple(float(x) for x in raw),
     )
 
 

@@ -408,7 +408,7 @@ def _logical_records(
                 route_sentinel_positions=tuple(logical_sentinels),
                 trace_start_reasons=tuple(t.start_reason for t in plan.traces),
                 route_less_turns=tuple(c.turn_id for c in ev.calls if c.routed_experts is None),
-                unclipped_advantage=logical.unclipped(i) if logical.unclipped_advantages else None,
+                unclipped_advantage=logical.unclipped(i),
             )
         )
     return tuple(records)

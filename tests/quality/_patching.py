@@ -64,11 +64,15 @@ def materialized_with_groups_by(plans: Any, cfg: Any, key: Callable[[Any], str])
     groups: dict[str, list[int]] = {}
     for k, rid in enumerate(ref.rollout_ids):
         groups.setdefault(key(by_id[rid]), []).append(k)
-    adv, base, std = (np.zeros(len(ref.rollout_ids)) for _ in range(3))
+    adv, raw, base, std = (np.zeros(len(ref.rollout_ids)) for _ in range(4))
     for idx in groups.values():
+        rewards = [ref.rewards[k] for k in idx]
         adv[idx], base[idx], std[idx] = grpo_advantages(
-            [ref.rewards[k] for k in idx], leave_one_out=acfg.use_leave_one_out_baseline,
-            normalize=acfg.normalize_rewards, clip_low=acfg.advantage_clip_low, clip_high=acfg.advantage_clip_high)
+            rewards, leave_one_out=acfg.use_leave_one_out_baseline, normalize=acfg.normalize_rewards,
+            clip_low=acfg.advantage_clip_low, clip_high=acfg.advantage_clip_high)
+        raw[idx] = grpo_advantages(rewards, leave_one_out=acfg.use_leave_one_out_baseline,
+                                   normalize=acfg.normalize_rewards)[0]
+    # every per-rollout field regrouped, the unclipped advantages (advantages/sum) included
     logical = replace(ref, baselines=tuple(map(float, base)), stds=tuple(map(float, std)),
-                      advantages=tuple(map(float, adv)))
+                      advantages=tuple(map(float, adv)), unclipped_advantages=tuple(map(float, raw)))
     return prepare_trace_batch(plans, None, logical, cfg.materialize_config())
