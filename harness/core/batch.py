@@ -118,7 +118,8 @@ class TraceBatch:
     row_mask_spans: tuple[tuple[tuple[int, int], ...], ...]
     #: Ordered media of each row's last prompt, duplicates included.
     row_media_ids: tuple[tuple[str, ...], ...]
-    #: Pixels for `row_media_ids`, each (3, H, W) float in [0, 1]; identical images share a tensor.
+    #: Pixels for `row_media_ids`, each (3, H, W) float64 holding exact 8-bit values k/255 (cast them to the
+    #: compute dtype; float32 pixels would differ by up to 2.8e-8); identical images share a tensor.
     row_pixel_values: tuple[tuple[torch.Tensor, ...], ...]
     #: Row positions stamped with the boundary route sentinel.
     row_sentinel_positions: tuple[tuple[int, ...], ...]

@@ -49,7 +49,11 @@ class MediaResolver:
     def resolve(
         self, evidence: RolloutEvidence, media_ids: Sequence[str], *, turn_id: int | None = None
     ) -> tuple[torch.Tensor, ...]:
-        """Pixels (3, H, W) float32 in [0, 1] for `media_ids`, in order, duplicates included.
+        """Pixels (3, H, W) float64, each exactly k/255, for `media_ids`, in order, duplicates included.
+
+        float64 so a trainer casting them to its compute dtype gets what the generation server
+        computed from the same 8-bit values (float32 pixels are up to 2.8e-8 off, which a float64
+        trainer would then train on).
 
         Raises `ContractError("unknown_media_asset")` for an id absent from `media_assets`,
         `ContractError("media_decode")` for an asset whose source part is not a decodable image and
@@ -80,7 +84,7 @@ class MediaResolver:
         pixels = self._by_url.get(url)
         if pixels is None:
             try:
-                pixels = decode_data_url(url, max_bytes=self._max_bytes, max_pixels=self._max_pixels)
+                pixels = decode_data_url(url, max_bytes=self._max_bytes, max_pixels=self._max_pixels, dtype=torch.float64)
             except ContractError as exc:
                 raise ContractError(
                     "media_decode",

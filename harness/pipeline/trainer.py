@@ -53,8 +53,9 @@ class TrainState:
     """Everything a step reads and advances: weights, reference weights, optimizer, scheduler, counters.
 
     `version` is the policy version of `policy`'s current weights (the generation server's
-    `policy_version` once they are pushed). After `train_step`, every parameter's `.grad`
-    holds the all-reduced, clipped gradient the optimizer applied.
+    `policy_version` once they are pushed); a step advances it and `optimizer_steps` by one. The
+    harness reads what a step did from `optimizer` and `scheduler` themselves (counters, AdamW's
+    first moments, the learning rate), so a step must run on these objects; `.grad` is not read.
     """
 
     policy: TinyPolicy
@@ -292,12 +293,12 @@ def _all_logprobs(
 
 
 def _row_images(batch: TraceBatch, *, dtype: torch.dtype, device: torch.device) -> list[list[torch.Tensor]]:
-    """Each row's images as exact 8-bit pixel values ``k/255`` in the compute dtype.
+    """Each row's images in the compute dtype: the batch's exact ``k/255`` float64 pixels, cast.
 
-    The materializer hands float32 pixels; a float64 generator decoded the same PNG in float64.
-    Snapping to the 1/255 grid (exact: float32 rounding is far below 1/510) makes both sides see
-    identical pixels, so a float64 run recomputes generation logprobs to ~1e-15, not ~1e-9.
-    Identical images (shared tensors) are converted once.
+    A cast is all it takes: k/255 rounded to float64 and then to float32, float16 or bfloat16 is
+    the value k/255 computed in that dtype (k/255 repeats an 8-bit pattern, so the float64 value
+    never sits on a narrower format's rounding midpoint; checked for every k in the tests), which
+    is what the generation server fed the model. Identical images (shared tensors) are converted once.
     """
     done: dict[int, torch.Tensor] = {}
     out: list[list[torch.Tensor]] = []
@@ -306,7 +307,7 @@ def _row_images(batch: TraceBatch, *, dtype: torch.dtype, device: torch.device) 
         for px in pixels:
             key = id(px)
             if key not in done:
-                done[key] = (torch.round(px.to(torch.float64) * 255.0) / 255.0).to(device=device, dtype=dtype)
+                done[key] = px.to(device=device, dtype=dtype)
             row.append(done[key])
         out.append(row)
     return out

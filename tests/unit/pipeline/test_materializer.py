@@ -218,9 +218,9 @@ def test_trace_after_a_boundary_re_owns_all_its_images_in_prompt_order():
     batch = _batch([plan])
     assert batch.row_media_ids == (("screen-a",), ("screen-a", "screen-b"))
     (a1,), (a2, b2) = batch.row_pixel_values
-    assert a1.shape == (3, 2, 3) and a1.dtype == torch.float32
-    assert torch.allclose(a1, torch.full((3, 2, 3), 10 / 255))
-    assert torch.allclose(b2, torch.full((3, 2, 3), 200 / 255))
+    assert a1.shape == (3, 2, 3) and a1.dtype == torch.float64
+    assert torch.equal(a1, torch.full((3, 2, 3), 10 / 255, dtype=torch.float64))
+    assert torch.equal(b2, torch.full((3, 2, 3), 200 / 255, dtype=torch.float64))
     assert a2 is a1  # decoded once per batch
 
 

@@ -92,7 +92,8 @@ def test_overlapping_media_across_a_boundary_are_all_owned_by_the_new_trace():
     assert batch.row_media_ids == (("screen-a",), ("screen-a", "screen-b"))
     (a0,), (a1, b1) = batch.row_pixel_values
     assert a1 is a0
-    assert torch.allclose(a1, torch.full((3, 1, 2), 30 / 255)) and torch.allclose(b1, torch.full((3, 1, 2), 90 / 255))
+    assert torch.equal(a1, torch.full((3, 1, 2), 30 / 255, dtype=torch.float64))
+    assert torch.equal(b1, torch.full((3, 1, 2), 90 / 255, dtype=torch.float64))
 
 
 def _packed(num_tokens: int, call: int, topk: int = 2, layers: int = 1) -> list:

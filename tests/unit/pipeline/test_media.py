@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import torch
 import pytest
 
 from compactsim.harness.core.errors import ContractError
@@ -79,3 +80,20 @@ def test_decompression_bomb_header_is_media_decode_naming_the_media_id():
     err = info.value
     assert (err.code, err.rollout_id, err.turn_id) == ("media_decode", "r0", 2)
     assert err.detail.startswith(f"media id '{A}': image header declares a size refused as a decompression bomb")
+
+
+def test_pixels_are_exact_8bit_values_in_float64():
+    """A trainer casting the batch's pixels gets the generation server's values in any dtype (no float32 detour)."""
+    values = np.arange(256, dtype=np.uint8).reshape(16, 16)
+    url = png_data_url(np.stack([values, values[::-1], values.T], axis=-1))
+    ev = _evidence(screen=MediaAsset("screen", None, {"type": "input_image", "image_url": url}))
+    (pixels,) = MediaResolver().resolve(ev, ["screen"])
+    assert pixels.dtype == torch.float64
+    assert torch.equal(pixels[0].flatten(), torch.arange(256, dtype=torch.float64) / 255.0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.float64])
+def test_casting_exact_float64_pixels_equals_dividing_in_the_compute_dtype(dtype):
+    """k/255 in float64, cast, is k/255 computed in `dtype` for every 8-bit k (no double-rounding case)."""
+    k = torch.arange(256, dtype=torch.uint8)
+    assert torch.equal((k.to(torch.float64) / 255.0).to(dtype), k.to(dtype) / 255.0)
