@@ -278,6 +278,14 @@ def _innermost_frame(exc: BaseException) -> str:
     return f"{Path(f.filename).name}:{f.lineno} in {f.name}"
 
 
+def _check_version_advanced(before: int, after: Any, reported: Any) -> None:
+    """A step advances `state.version` by one and returns it as `new_version` (the runner pushes the new
+    weights to the generation server as that version); otherwise the backend, not the push, is named."""
+    if after != before + 1 or reported != after:
+        raise ValueError(f"train_step must advance state.version by one and return it as new_version: state.version "
+                         f"went from {before} to {after!r}, new_version is {reported!r}")
+
+
 def _observe_result(result: Any, k: int, measured: MeasuredStep) -> tuple[ObservedStep, bytes, bytes]:
     """The audit's view of a backend's `StepResult` (harness-measured counts attached) and its artifact bytes.
 
@@ -500,9 +508,11 @@ def _backend_step(
         stage = "train"
         with clock.stage("train"):
             before = snapshot_training_state(state.policy, state.optimizer, state.scheduler)
+            version_before = state.version
             result = backend.train_step(state, batch, cfg)
             measured = MeasuredStep(before, snapshot_training_state(state.policy, state.optimizer, state.scheduler))
         stage = "result"
+        _check_version_advanced(version_before, state.version, getattr(result, "new_version", None))
         with clock.stage("write"):
             return _observe_result(result, k, measured)
     except (Exception, SystemExit) as exc:  # noqa: BLE001 - any backend failure (sys.exit too) is the observed outcome

@@ -85,6 +85,7 @@ def audit_step(
         if training is not None:
             findings += T.check_step_quantities(report, training, observed.measured, observed.metrics, tol)
             findings += T.check_reported_loss_metrics(report, training, observed.metrics, tol)
+            findings += T.check_gradient(report, training, observed.measured, tol)
             findings += T.check_update(report, training, observed.measured, tol)
     findings += C.check_exact_metrics(report, expected, observed, tol)
     return findings, len(pairs), tokens

@@ -54,6 +54,15 @@ class Tolerances:
     #: The trainer stores its weights in its dtype: half a unit in the last place of the weight itself
     #: (2^-24 for float32, 2^-9 for bfloat16), relative to the expected weight.
     weight_rtol: float = 0.0
+    #: The gradient the optimizer applied (read from its first moment) against the oracle's clipped gradient,
+    #: per element: |diff| <= gradient_atol + gradient_rtol·max |expected| over that parameter tensor
+    #: (+ the moments' own rounding). Relative to the tensor's largest entry, not the entry itself: where
+    #: the true gradient cancels to ~0, the summation order alone decides the rounding noise left over.
+    gradient_atol: float = 1e-12
+    gradient_rtol: float = 1e-9
+    #: And over the whole model: ‖applied − expected‖₂ <= gradient_norm_rtol·‖expected‖₂ (a wrong scale or
+    #: a dropped term shows here even where low precision leaves single entries too noisy to judge).
+    gradient_norm_rtol: float = 1e-9
 
     def rows_and_metrics(self) -> dict[str, float]:
         """The tolerances that apply without the training state (golden files: rows and metrics only)."""
@@ -73,6 +82,10 @@ class Tolerances:
         step = {"float32": 1e-4, "bfloat16": 5e-2}[dtype]
         return cls(logprob_rtol=rtol, advantage_rtol=rtol, advantage_atol=rtol, metric_rtol=rtol, metric_atol=rtol,
                    loss_atol=step, loss_rtol=step, grad_norm_atol=step, grad_norm_rtol=step, lr_rtol=1e-6,
+                   # measured on the catalogue: float32 entries within 1e-5 of their tensor's largest, the whole
+                   # gradient within 2e-6; bfloat16 entries within 0.35, the whole within 0.06
+                   gradient_atol=step * 1e-3, gradient_rtol={"float32": 1e-3, "bfloat16": 4.0}[dtype],
+                   gradient_norm_rtol={"float32": 1e-4, "bfloat16": 0.25}[dtype],
                    update_atol=step * 1e-2, update_rtol=step * 10,
                    # bfloat16 gradients flip Adam's sign-like step (|diff| up to 2·lr): only gross update errors show
                    update_lr_fraction={"float32": 0.5, "bfloat16": 3.0}[dtype],

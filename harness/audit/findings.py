@@ -52,8 +52,11 @@ CHECKS: dict[str, str] = {
     "train.lr": "The optimizer stepped with (or reported) another learning rate than the schedule gives.",
     "train.loss": "The reported loss differs from the oracle's clipped-PG loss of the expected rows.",
     "train.grad_norm": "The reported gradient norm (before clipping) differs from the oracle's.",
+    "train.gradient": "The gradient the optimizer applied (read from AdamW's first moment) differs from the oracle's "
+    "all-reduced, clipped gradient (max |diff| named, with the overall ratio).",
     "train.update": "A parameter tensor after the step differs from the oracle's AdamW update (max |diff| named).",
-    "train.continuity": "A step did not start from the state the previous step left (weights reloaded, counters reset).",
+    "train.continuity": "A step did not start from the state the previous step left (weights reloaded, counters or "
+    "optimizer moments reset).",
     "train.metric": "A loss metric the backend reports differs from the oracle's (actor_loss, kl_penalty, "
     "token_mult_prob_error, probs_ratio, probs_ratio_clamped, probs_ratio[_clamped]_min/max, gen_kl_error, "
     "policy_kl_error, js_divergence_error, sampling_importance_ratio, approx_entropy, is_oob_ratio, "

@@ -1,4 +1,4 @@
-"""Audit checks of the training step itself: loss, gradient norm, learning rate, updated weights, counts.
+"""Audit checks of the training step itself: loss, gradient norm, applied gradient, learning rate, updated weights, counts.
 
 The expected side is the oracle's `StepTruth` (float64, its own loss and optimizer code); the
 observed side is what the harness measured of the state it owns (`MeasuredStep`: weights before
@@ -200,6 +200,14 @@ def check_continuity(report: Reporter, previous: MeasuredStep, current: Measured
                           f"previous step and the start of this one (first: {changed[0]!r}): the step did not start "
                           "from the weights the last update produced", expected="the previous step's weights",
                           actual=changed[0], row=changed[0]))
+    if before.first_moments is not None and after.first_moments is not None:
+        moved = sorted(n for n, m in before.first_moments.items()
+                       if n not in after.first_moments or not torch.equal(m, after.first_moments[n]))
+        if moved:
+            out.append(report("train.continuity", f"the optimizer's first moment of {len(moved)} parameter tensor(s) "
+                              f"changed between the end of the previous step and the start of this one (first: "
+                              f"{moved[0]!r}): the optimizer state was reset or replaced", expected="the previous "
+                              "step's moments", actual=moved[0], row=moved[0]))
     counters = (("optimizer step counter", after.optimizer_step_max, before.optimizer_step_max),
                 ("scheduler last_epoch", after.scheduler_epoch, before.scheduler_epoch))
     for what, was, now in counters:
@@ -207,6 +215,57 @@ def check_continuity(report: Reporter, previous: MeasuredStep, current: Measured
             out.append(report("train.continuity", f"the {what} was {was} after the previous step and {now} before "
                               "this one", expected=was, actual=now))
     return out
+
+
+def check_gradient(report: Reporter, truth: StepTruth, measured: MeasuredStep, tol: Tolerances) -> list[Finding]:
+    """The gradient the optimizer applied equals the oracle's all-reduced, clipped gradient.
+
+    Measured, not reported: read back from AdamW's first moment (`MeasuredStep.applied_gradient`).
+    The update check alone cannot see a gradient's scale: Adam divides it by its own magnitude (the
+    first update is ~lr·sign(g)), so a gradient applied 1.5x too large, clipped twice or averaged
+    over the wrong rank count moves float32 weights exactly as the right one would. Two bounds,
+    either failing is the finding: each entry (`gradient_atol`, `gradient_rtol` of its tensor's
+    largest entry, plus the moments' rounding) and the whole model (`gradient_norm_rtol`).
+    """
+    expected = truth.clipped_gradient
+    applied = measured.applied_gradient()
+    if expected is None or applied is None:
+        return []  # not an Adam-style optimizer, or not one update: counts.* and train.update speak for the step
+    off: list[tuple[float, str, float, float]] = []  # (max |diff|, name, expected, applied) per tensor off its bound
+    largest: tuple[float, str, float, float] = (-1.0, "", 0.0, 0.0)
+    dot = norm2 = diff2 = 0.0
+    for name in sorted(expected):
+        want = expected[name]
+        got = applied.get(name)
+        if got is None or tuple(got[0].shape) != tuple(want.shape):
+            return []  # a missing or reshaped parameter is train.update's finding
+        if not want.numel():
+            continue
+        g, reading_error = got
+        diff = (g - want).abs()
+        excess = diff - (tol.gradient_atol + tol.gradient_rtol * float(want.abs().max()) + reading_error)
+        i = int(torch.argmax(torch.nan_to_num(excess, nan=math.inf)))
+        entry = (float(diff.max()), name, float(want.flatten()[i]), float(g.flatten()[i]))
+        largest = max(largest, entry)
+        if bool((excess > 0).any()) or not bool(torch.isfinite(g).all()):
+            off.append(entry)
+        dot += float((g * want).sum())
+        norm2 += float((want * want).sum())
+        diff2 += float((diff * diff).sum())
+    relative = math.sqrt(diff2 / norm2) if norm2 > 0 else (0.0 if diff2 == 0 else math.inf)
+    if not off and not relative > tol.gradient_norm_rtol:
+        return []
+    max_diff, name, want_v, got_v = max(off) if off else largest
+    if measured.moments_agree() is False:
+        return [report("train.continuity", "AdamW's first and second moments do not agree on one gradient for this "
+                       "step: the optimizer state did not continue from the previous step's (reset or replaced during "
+                       "the step), so the applied gradient cannot be read", expected="moments advanced by one update",
+                       actual="moments that disagree", row=name)]
+    ratio = f"; overall the applied gradient is {dot / norm2:.6g}x the expected one" if norm2 > 0 else ""
+    return [report("train.gradient", f"{len(off)} of {len(expected)} parameter tensors off their bound, whole-model "
+                   f"relative error {relative:.3g}: the gradient the optimizer applied (read from AdamW's first "
+                   f"moment) differs from the oracle's clipped gradient; worst {name!r}, max |diff| "
+                   f"{max_diff:.3g}{ratio}", expected=want_v, actual=got_v, row=name)]
 
 
 def check_update(report: Reporter, truth: StepTruth, measured: MeasuredStep, tol: Tolerances) -> list[Finding]:
@@ -244,6 +303,7 @@ __all__ = [
     "UNAUDITED_PREFIXES",
     "check_continuity",
     "check_counts_measured",
+    "check_gradient",
     "check_reported_loss_metrics",
     "check_step_quantities",
     "check_update",

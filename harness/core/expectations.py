@@ -125,6 +125,9 @@ class ExpectedTrainingStep:
     num_valid_samples: float
     #: Parameter name → expected value after the step (float64 tensors).
     params_after: Any = field(repr=False)
+    #: Parameter name → the gradient the optimizer must apply: after the dp all-reduce and clipping
+    #: (float64 tensors); None where not computed.
+    clipped_gradient: Any = field(default=None, repr=False)
 
 
 @dataclass(frozen=True, slots=True, eq=False)

@@ -3,8 +3,10 @@
 The harness builds the weights, optimizer and scheduler it hands a backend, so it can read them
 itself instead of trusting the backend's account of the step (DESIGN §6a): a float64 copy of
 every parameter, the learning rate the optimizer will use, the optimizer's own per-parameter step
-counters and the scheduler's ``last_epoch``. The difference between two snapshots is what one
-``train_step`` really did. Reading is duck-typed (``policy`` with ``named_parameters`` and
+counters, its first moments (Adam's ``exp_avg``) and the scheduler's ``last_epoch``. The
+difference between two snapshots is what one ``train_step`` really did, including the gradient
+the optimizer applied: Adam's moment update ``m ← β1·m + (1 − β1)·g`` gives it back as
+``g = (m_after − β1·m_before) / (1 − β1)`` (`MeasuredStep.applied_gradient`). Reading is duck-typed (``policy`` with ``named_parameters`` and
 ``config``, a torch optimizer, a torch LR scheduler), so no pipeline type is imported here.
 """
 
@@ -32,6 +34,13 @@ class TrainingSnapshot:
     optimizer_step_max: int
     #: ``scheduler.last_epoch``: LR-scheduler increments so far.
     scheduler_epoch: int
+    #: Parameter name → float64 copy of the optimizer's first moment (zeros before its first update), or
+    #: None when the optimizer keeps no Adam-style ``exp_avg`` or some parameter is not in it.
+    first_moments: Mapping[str, torch.Tensor] | None = field(default=None, repr=False)
+    #: The same for the second moment (``exp_avg_sq``).
+    second_moments: Mapping[str, torch.Tensor] | None = field(default=None, repr=False)
+    #: Parameter name → (β1, β2 of its parameter group, machine epsilon of the dtype its moments are stored in).
+    moment_settings: Mapping[str, tuple[float, float, float]] = field(default_factory=dict, repr=False)
 
 
 def _step_count(state: Mapping[str, Any]) -> int:
@@ -55,11 +64,42 @@ def _unwrapped(policy: Any) -> Any:
     return policy
 
 
+def _moments(
+    named: list[tuple[str, torch.Tensor]], optimizer: Any
+) -> tuple[dict[str, torch.Tensor] | None, dict[str, torch.Tensor] | None, dict[str, tuple[float, float, float]]]:
+    """Each parameter's Adam moments (float64 copies) with (β1, β2, storage epsilon); Nones when unreadable."""
+    betas_of: dict[int, tuple[float, float]] = {}
+    for group in optimizer.param_groups:
+        betas = group.get("betas")
+        if not isinstance(betas, tuple | list) or len(betas) != 2:
+            return None, None, {}
+        for p in group["params"]:
+            betas_of[id(p)] = (float(betas[0]), float(betas[1]))
+    first: dict[str, torch.Tensor] = {}
+    second: dict[str, torch.Tensor] = {}
+    settings: dict[str, tuple[float, float, float]] = {}
+    for name, p in named:
+        state = optimizer.state.get(p, {})
+        m, v = state.get("exp_avg"), state.get("exp_avg_sq")
+        if id(p) not in betas_of or (m is None) != (v is None) or (m is None and _step_count(state) > 0):
+            return None, None, {}  # updated, but not by an Adam-style rule: nothing to read the gradient from
+        if m is None:
+            first[name] = second[name] = torch.zeros(p.shape, dtype=torch.float64)
+        else:
+            first[name] = m.detach().to(device="cpu", dtype=torch.float64).clone()
+            second[name] = v.detach().to(device="cpu", dtype=torch.float64).clone()
+        stored = p if m is None else m
+        settings[name] = (*betas_of[id(p)], float(torch.finfo(stored.dtype).eps))
+    return first, second, settings
+
+
 def snapshot_training_state(policy: Any, optimizer: Any, scheduler: Any) -> TrainingSnapshot:
-    """Read the weights, learning rates and counters of a live training state (copies; nothing is changed)."""
+    """Read the weights, learning rates, counters and moments of a live training state (copies; nothing is changed)."""
     policy = _unwrapped(policy)
-    weights = {name: p.detach().to(device="cpu", dtype=torch.float64).clone() for name, p in policy.named_parameters()}
+    named = list(policy.named_parameters())
+    weights = {name: p.detach().to(device="cpu", dtype=torch.float64).clone() for name, p in named}
     steps = [_step_count(optimizer.state.get(p, {})) for group in optimizer.param_groups for p in group["params"]]
+    first, second, moment_settings = _moments(named, optimizer)
     return TrainingSnapshot(
         weights=weights,
         model_config=getattr(policy, "config", None),
@@ -67,6 +107,9 @@ def snapshot_training_state(policy: Any, optimizer: Any, scheduler: Any) -> Trai
         optimizer_step_min=min(steps, default=0),
         optimizer_step_max=max(steps, default=0),
         scheduler_epoch=int(scheduler.last_epoch),
+        first_moments=first,
+        second_moments=second,
+        moment_settings=moment_settings,
     )
 
 
@@ -96,6 +139,54 @@ class MeasuredStep:
     def lr(self) -> float:
         """The learning rate the step's update used (read before it)."""
         return self.before.lrs[0] if self.before.lrs else float("nan")
+
+    def applied_gradient(self) -> dict[str, tuple[torch.Tensor, torch.Tensor]] | None:
+        """Parameter name → (gradient the optimizer applied, elementwise bound on its reading error), or None.
+
+        Adam's first-moment update is ``m ← β1·m + (1 − β1)·g`` (torch computes it as
+        ``m.lerp_(g, 1 − β1)``), so one update gives back the gradient it used:
+        ``g = (m_after − β1·m_before) / (1 − β1)`` — after clipping, before weight decay (decoupled in
+        AdamW), whatever the trainer reported. Rounding of the stored moments bounds the reading error by
+        ``4·eps·(|m_after| + β1·|m_before| + |g|) / (1 − β1)`` with eps that of the moments' dtype.
+        None unless the step took exactly one update and both snapshots hold Adam moments for the same
+        parameters.
+        """
+        a, b = self.after.first_moments, self.before.first_moments
+        if a is None or b is None or set(a) != set(b) or self.optimizer_steps != 1 or self.optimizer_steps_uneven:
+            return None
+        out: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+        for name, m_after in a.items():
+            beta1, _, eps = self.after.moment_settings[name]
+            m_before = b[name]
+            if m_before.shape != m_after.shape or not 0.0 <= beta1 < 1.0:
+                return None
+            g = (m_after - beta1 * m_before) / (1.0 - beta1)
+            err = 4.0 * eps * (m_after.abs() + beta1 * m_before.abs() + g.abs()) / (1.0 - beta1)
+            out[name] = (g, err)
+        return out
+
+    def moments_agree(self) -> bool | None:
+        """Whether AdamW's two moments moved by one update with the same gradient, or None when unreadable.
+
+        ``v ← β2·v + (1 − β2)·g²`` gives ``g²`` back as the first moment gives ``g``; a state reset or
+        replaced during the step leaves them disagreeing (``g²`` from v falls far below zero, say),
+        while a wrong but consistently applied gradient keeps them in agreement. Bounds are the
+        stored moments' rounding, taken generously: this only tells a reset from a wrong gradient.
+        """
+        applied = self.applied_gradient()
+        va, vb = self.after.second_moments, self.before.second_moments
+        if applied is None or va is None or vb is None or set(va) != set(applied) or set(vb) != set(applied):
+            return None
+        for name, (g, err) in applied.items():
+            _, beta2, eps = self.after.moment_settings[name]
+            if not 0.0 <= beta2 < 1.0:
+                return None
+            g2 = (va[name] - beta2 * vb[name]) / (1.0 - beta2)
+            bound = 16.0 * eps * (va[name].abs() + beta2 * vb[name].abs() + g2.abs()) / (1.0 - beta2) \
+                + 2.0 * g.abs() * err + err * err
+            if bool(((g * g - g2).abs() > bound + 1e-3 * (g * g)).any()):
+                return False
+        return True
 
 
 __all__ = ["MeasuredStep", "TrainingSnapshot", "snapshot_training_state"]

@@ -139,6 +139,7 @@ def expected_step(
         token_mult_prob_error=prob_error_total / denominator,
         **asdict(diagnostics),
         params_after=after,
+        clipped_gradient=clipped,
     )
     return truth, new_state
 

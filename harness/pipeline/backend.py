@@ -56,6 +56,12 @@ class Backend(Protocol):
     def train_step(self, state: TrainState, batch: TraceBatch, cfg: TrainerConfig) -> StepResult:
         """Exactly one optimizer step and one scheduler increment on `batch`; advances `state`.
 
+        On `state.optimizer` and `state.scheduler` themselves (the harness measures them); then
+        `state.version` and `state.optimizer_steps` go up by one, `result.artifact.step` is the
+        step count before it and `result.new_version` the new version. `metrics` must hold
+        `loss`, `grad_norm` (before clipping) and `lr`. Pixels arrive as exact float64 k/255:
+        cast them to the compute dtype.
+
         >>> state = init_train_state(cfg)
         >>> result = backend.train_step(state, batch, cfg)
         >>> result.metrics["token_mult_prob_error"], result.new_version

@@ -44,6 +44,7 @@ BROKEN = (
     "placeholder_not_repaired",
     "advantage_sum_after_clip",
     "one_version_per_batch",
+    "gradient_accumulation_mean",
 )
 #: Backends that train right but report one loss metric wrong: `train.metric` must name `EXPECTED_KEY`.
 MISREPORTING = (
@@ -53,7 +54,7 @@ MISREPORTING = (
     "is_oob_ratio_over_all_positions",
 )
 #: Backends that fail outright: the run must end in a `backend.error` finding, not a crash.
-CRASHING = ("crashing_train_step", "malformed_result", "exits_the_process", "unprintable_error")
+CRASHING = ("crashing_train_step", "malformed_result", "exits_the_process", "unprintable_error", "version_not_advanced")
 
 
 @pytest.mark.parametrize("module", BROKEN)
@@ -162,6 +163,17 @@ def test_extra_optimizer_steps_are_measured_not_taken_from_the_backends_report()
     assert [(f.step, f.expected, f.actual) for f in reported] == [(0, 8, 1.0), (1, 8, 1.0), (2, 8, 1.0)]
 
 
+def test_a_gradient_scale_a_float32_update_hides_is_measured_from_the_optimizer_state():
+    """Adam divides the gradient's scale out of the update, so only the gradient read back from AdamW's
+    first moment (and the reported norm) can show a 1/4 accumulation factor; the update check stays silent."""
+    rec = run_scenario(resolve_scenarios(["float32-training"])[0],
+                       RunOptions(backend="tests.quality.gradient_accumulation_mean:Backend")).record
+    assert sorted({f.check for f in rec.findings}) == ["train.grad_norm", "train.gradient"]
+    measured = [f for f in rec.findings if f.check == "train.gradient"]
+    assert [f.step for f in measured] == [0, 1]
+    assert all("the applied gradient is 0.25x the expected one" in f.message for f in measured)
+
+
 def test_broadcast_first_advantage_names_the_other_rollouts_first_trainable_token():
     rec = run_scenario(resolve_scenarios(["image-compaction-k2-rolling"])[0],
                        RunOptions(backend="tests.quality.broadcast_first_advantage:Backend")).record
@@ -204,7 +216,9 @@ def test_optimizer_state_drift_is_caught_at_the_step_where_it_drifts():
     rec = run_scenario(resolve_scenarios(["scripted-three-steps"])[0],
                        RunOptions(backend="tests.quality.moments_reset:Backend")).record
     assert sorted({f.step for f in rec.findings}) == [1, 2]
-    assert {f.check for f in rec.findings} == {"train.update"}
+    assert {f.check for f in rec.findings} == {"train.update", "train.continuity"}
+    # the moments disagree on one gradient: named as a reset, not as a wrong gradient
+    assert all("do not agree on one gradient" in f.message for f in rec.findings if f.check == "train.continuity")
 
 
 def test_a_policy_wrapped_ddp_style_is_measured_through_the_wrapper_and_passes():
