@@ -278,12 +278,23 @@ def _innermost_frame(exc: BaseException) -> str:
     return f"{Path(f.filename).name}:{f.lineno} in {f.name}"
 
 
-def _check_version_advanced(before: int, after: Any, reported: Any) -> None:
-    """A step advances `state.version` by one and returns it as `new_version` (the runner pushes the new
-    weights to the generation server as that version); otherwise the backend, not the push, is named."""
-    if after != before + 1 or reported != after:
+def _check_versions(before: int, after: Any, result: Any) -> None:
+    """A step trains the weights of version `before`, advances `state.version` by one and says so.
+
+    The runner pushes the new weights to the generation server as that version, and every label
+    of the trained weights (`trained_version`, the `train/policy_version` metric when reported)
+    must name the version that computed the gradient; otherwise the backend, not the push, is named.
+    """
+    from compactsim.harness.core import metrics as M
+
+    new, trained = getattr(result, "new_version", None), getattr(result, "trained_version", None)
+    if after != before + 1 or new != after:
         raise ValueError(f"train_step must advance state.version by one and return it as new_version: state.version "
-                         f"went from {before} to {after!r}, new_version is {reported!r}")
+                         f"went from {before} to {after!r}, new_version is {new!r}")
+    reported = getattr(result, "metrics", {}).get(M.TRAINED_POLICY_VERSION, before)
+    if trained != before or reported != before:
+        raise ValueError(f"the step trained the weights of version {before}, but the result labels them "
+                         f"trained_version {trained!r}, {M.TRAINED_POLICY_VERSION} {reported!r}")
 
 
 def _observe_result(result: Any, k: int, measured: MeasuredStep) -> tuple[ObservedStep, bytes, bytes]:
@@ -297,7 +308,9 @@ def _observe_result(result: Any, k: int, measured: MeasuredStep) -> tuple[Observ
 
     digests = [[rgb_pixel_digest(p) for p in row] for row in result.batch.row_pixel_values]
     artifact = result.artifact
-    step = observed_from_artifact(artifact, pixel_digests=digests)
+    materialized = result.batch.routed_experts
+    step = observed_from_artifact(artifact, pixel_digests=digests,
+                                  materialized_routes=None if materialized is None else materialized.detach().cpu().numpy())
     if step.step != k:
         raise ValueError(f"the step artifact says step {step.step}; the harness ran step {k}")
     metrics = dict(result.metrics)
@@ -512,7 +525,7 @@ def _backend_step(
             result = backend.train_step(state, batch, cfg)
             measured = MeasuredStep(before, snapshot_training_state(state.policy, state.optimizer, state.scheduler))
         stage = "result"
-        _check_version_advanced(version_before, state.version, getattr(result, "new_version", None))
+        _check_versions(version_before, state.version, result)
         with clock.stage("write"):
             return _observe_result(result, k, measured)
     except (Exception, SystemExit) as exc:  # noqa: BLE001 - any backend failure (sys.exit too) is the observed outcome

@@ -413,6 +413,11 @@ class Scenario(_Strict):
         bad_mask = [i for i in self.mask_sample if not 0 <= i < self.group_size]
         if bad_mask:
             problems.append(f"mask_sample {bad_mask} names rollout indices outside the group (group_size={self.group_size})")
+        for what, listed in (("mask_sample", self.mask_sample), ("fresh_groups", self.fresh_groups)):
+            repeated = sorted({i for i in listed if list(listed).count(i) > 1})
+            if repeated:  # a list of indices, not of flags: [0, 1, 0] reads as "rollouts 0 and 1"
+                problems.append(f"{what} {list(listed)} repeats {repeated}: it lists indices, each once "
+                                f"(e.g. [1] for the second), not one flag per rollout")
         for what, ref in (("mutation", self.mutation), ("corruption", self.corruption)):
             if ref is not None:
                 problems += self._slot_problems(what, ref.step, ref.group, ref.index)

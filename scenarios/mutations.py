@@ -142,6 +142,32 @@ def remove_media_asset(resp: Payload) -> None:
     del resp["media_assets"][media_id]
 
 
+def _two_assets(resp: Payload) -> tuple[str, str]:
+    """The first image a call shows and another asset (ids, in the order calls first show them)."""
+    seen: list[str] = []
+    for rec in _records(resp):
+        seen += [m for m in rec.get("media_ids") or () if m not in seen and m in (resp.get("media_assets") or {})]
+    if len(seen) < 2:
+        raise MutationNotApplicable("payload has fewer than two media assets")
+    return seen[0], seen[1]
+
+
+@_mutating
+def swap_image_pixels(resp: Payload) -> None:
+    """The first image's pixels are another image's, its media id and content_digest kept (a swapped screenshot)."""
+    first, other = _two_assets(resp)
+    assets = resp["media_assets"]
+    assets[first]["source_part"] = copy.deepcopy(assets[other]["source_part"])
+
+
+@_mutating
+def misfile_media_asset(resp: Payload) -> None:
+    """The first image's entry holds another image's asset (filed under the wrong key)."""
+    first, other = _two_assets(resp)
+    assets = resp["media_assets"]
+    assets[first] = copy.deepcopy(assets[other])
+
+
 @_mutating
 def corrupt_digest(resp: Payload) -> None:
     """Alter a logprob without resealing: the evidence no longer matches its record."""
@@ -235,6 +261,10 @@ MUTATIONS: tuple[Mutation, ...] = (
              "a boundary that does not correspond to a rewrite", boundary_on_prefix_continuation),
     Mutation("ghost_media", "unknown_media_asset", "a call references media id 'ghost'", ghost_media),
     Mutation("remove_media_asset", "unknown_media_asset", "an asset is missing for a used image", remove_media_asset),
+    Mutation("swap_image_pixels", "media_digest_mismatch", "an image replaced under its own id and digest",
+             swap_image_pixels),
+    Mutation("misfile_media_asset", "media_asset_key_mismatch", "an asset filed under another image's id",
+             misfile_media_asset),
     Mutation("corrupt_digest", "evidence_digest_mismatch", "token evidence altered after sealing", corrupt_digest),
     Mutation("shift_prompt_token", "append_declaration_mismatch",
              "a resealed forgery of one prompt token inside a trace", shift_prompt_token),

@@ -43,7 +43,7 @@ class ObservedRow:
     pixel_digests: tuple[str, ...] = ()
     #: Positions the trainer declares as boundary sentinels (used when `routes` is None).
     declared_sentinel_positions: tuple[int, ...] = ()
-    #: (S, L, K) replayed routes, or None when the step trained without router replay.
+    #: (S, L, K) replayed routes (without router replay: the routes the batch materialized), or None.
     routes: np.ndarray | None = field(default=None, repr=False)
     generation_policy_version: int = -1
 
@@ -143,15 +143,22 @@ def observed_from_artifact(
     artifact: StepArtifact,
     *,
     pixel_digests: Sequence[Sequence[str]] | None = None,
+    materialized_routes: np.ndarray | None = None,
 ) -> ObservedStep:
     """The audit's view of one step artifact.
 
     `pixel_digests` (one tuple per row) replaces the artifact's own digests; the runner passes
     `rgb_pixel_digest` of the batch's pixel tensors so images are compared in the oracle's
-    formula whatever digest the artifact format uses.
+    formula whatever digest the artifact format uses. `materialized_routes` (R, S, L, K), the
+    batch's own routes, stand in when the artifact carries none (router replay off): routes a
+    trainer materializes are compared like replayed ones, as the golden files compare them.
     """
     a = artifact.arrays
     routes = a.get("routed_experts")
+    if routes is None and materialized_routes is not None:
+        routes = np.asarray(materialized_routes)
+        if routes.ndim != 4 or routes.shape[0] != artifact.num_rows:
+            raise ValueError(f"the batch's routed_experts has shape {routes.shape}; expected ({artifact.num_rows}, S, L, K)")
     rows: list[ObservedRow] = []
     digests = artifact.row_pixel_digests if pixel_digests is None else tuple(tuple(d) for d in pixel_digests)
     if len(digests) != artifact.num_rows:

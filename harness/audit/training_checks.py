@@ -112,14 +112,14 @@ AUDITED_METRICS: dict[str, str] = {
     M.SCHEDULER_INCREMENTS: "counts.reported",
     M.OPTIMIZER_STEP_COUNT: "counts.optimizer",
     M.SCHEDULER_STEP_COUNT: "counts.scheduler",
+    # the version the step trained: checked by the runner against state.version before the step
+    M.TRAINED_POLICY_VERSION: "backend.error",
     **{key: "metric.exact" for key in M.BATCH_METRIC_KEYS},
 }
 
 #: Step-metric keys a backend may report that the audit deliberately does not compare, with why, so a
 #: new metric cannot go unaudited unnoticed (tests/unit/audit/test_metric_coverage.py).
 UNAUDITED_METRICS: dict[str, str] = {
-    M.TRAINED_POLICY_VERSION: "the trainer's own label of its weights; the rows' generation versions are audited "
-    "(row.policy_version) and the weights themselves by train.update and train.continuity",
     "positive_nll_loss": "NeMo-RL's positive-example NLL term (weight positive_example_nll_weight, 0 by default): "
     "the reference does not state its normalisation and no scenario sets the weight; a nonzero weight shows in "
     "train.loss and train.update",

@@ -181,6 +181,8 @@ MUTATION_TURNS: dict[str, Callable[[Sequence[CallTruth], str], int | None]] = {
     "boundary_on_prefix_continuation": _first_append,  # a boundary on a real continuation
     "ghost_media": lambda calls, name: calls[-1].turn_id,  # the last record gains media id "ghost"
     "remove_media_asset": _first_media,  # the first image's asset is gone; its first user fails
+    "swap_image_pixels": _first_media,  # the first image's pixels no longer match its digest; named at its first use
+    "misfile_media_asset": _first_media,  # the first image's key holds another asset; named at its first use
     "corrupt_digest": lambda calls, name: calls[-1].turn_id,  # last call's logprob edited, digest stale
     "shift_prompt_token": _first_append,  # a resealed forgery inside a trace
     "drop_logprob": lambda calls, name: calls[-1].turn_id,  # last call loses a logprob

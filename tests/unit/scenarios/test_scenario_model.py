@@ -87,6 +87,8 @@ def test_training_recipe_maps_a_uniform_scenario_and_refuses_the_rest():
         ({"rollouts": [{"index": 0, "group": 1}]}, "rollouts[0].group=1 is outside groups=1"),
         ({"rollouts": [{"index": 0, "compaction": "nope"}]}, "unknown policy 'nope'"),
         ({"mask_sample": [0, 5]}, "mask_sample [5] names rollout indices outside the group"),
+        ({"mask_sample": [0, 1, 0]}, "mask_sample [0, 1, 0] repeats [0]: it lists indices, each once"),
+        ({"groups": 2, "fresh_groups": [1, 1]}, "fresh_groups [1, 1] repeats [1]"),
         ({"mutation": {"name": "teleport"}}, "unknown mutation 'teleport'"),
         ({"mutation": {"name": "ghost_media", "step": 1}}, "mutation.step=1 is outside steps=1"),
         ({"corruption": {"kind": "drop_rollout", "index": 4}}, "corruption.index=4 is outside group_size=2"),
