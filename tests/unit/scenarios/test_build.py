@@ -101,7 +101,7 @@ def test_fault_selectors_expand_to_rollout_ids():
 
 
 def test_server_settings_script_every_step_and_carry_mode_drift_rewards_and_masks():
-    s = _s(steps=2, drift="merge", routes=False, mode="policy", rewards={"pattern": [1, 0.5]}, mask_sample=[1, 1],
+    s = _s(steps=2, drift="merge", routes=False, mode="policy", rewards={"pattern": [1, 0.5]}, mask_sample=[1],
            trainer={"policy": {"precision": "float32", "logprob_dtype": "float32"}})
     m = model_server_settings(s)
     assert sorted(m["script"]) == ["s0-g0-r0", "s0-g0-r1", "s1-g0-r0", "s1-g0-r1"]
