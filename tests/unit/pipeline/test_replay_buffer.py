@@ -87,3 +87,16 @@ def test_sample_rejects_a_non_positive_group_count():
     with pytest.raises(ConfigError) as err:
         ReplayBuffer().sample(0, current_version=0, max_age_steps=1)
     assert "num_groups=0: expected >= 1" in err.value.detail
+
+
+@pytest.mark.parametrize("max_age", [0, 1, 2])
+def test_eviction_keeps_age_max_age_and_drops_age_max_age_plus_one(max_age: int):
+    """The boundary itself: a group exactly `max_age_steps` old still trains, one step older is evicted."""
+    current = 5
+    buffer = ReplayBuffer().add(_group("too-old", current - max_age - 1, current),
+                                _group("oldest-kept", current - max_age, current))
+    sample, rest = buffer.sample(1, current_version=current, max_age_steps=max_age)
+    assert sample is not None and len(rest) == 0
+    assert [g.group_key for g in sample.evicted] == ["too-old"]
+    assert [g.group_key for g in sample.groups] == ["oldest-kept"]
+    assert sample.ages == (max_age,)
