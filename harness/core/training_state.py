@@ -3,11 +3,12 @@
 The harness builds the weights, optimizer and scheduler it hands a backend, so it can read them
 itself instead of trusting the backend's account of the step (DESIGN §6a): a float64 copy of
 every parameter, the learning rate the optimizer will use, the optimizer's own per-parameter step
-counters, its first moments (Adam's ``exp_avg``) and the scheduler's ``last_epoch``. The
-difference between two snapshots is what one ``train_step`` really did, including the gradient
-the optimizer applied: Adam's moment update ``m ← β1·m + (1 − β1)·g`` gives it back as
-``g = (m_after − β1·m_before) / (1 − β1)`` (`MeasuredStep.applied_gradient`). Reading is duck-typed (``policy`` with ``named_parameters`` and
-``config``, a torch optimizer, a torch LR scheduler), so no pipeline type is imported here.
+counters, its moments (Adam's ``exp_avg`` and ``exp_avg_sq``) and the scheduler's ``last_epoch``.
+The difference between two snapshots is what one ``train_step`` really did, including the
+gradient the optimizer applied: Adam's moment update ``m ← β1·m + (1 − β1)·g`` gives it back as
+``g = (m_after − β1·m_before) / (1 − β1)`` (`MeasuredStep.applied_gradient`). Reading is
+duck-typed (``policy`` with ``named_parameters`` and ``config``, a torch optimizer, a torch LR
+scheduler), so no pipeline type is imported here.
 """
 
 from __future__ import annotations
