@@ -9,6 +9,7 @@ so that the targeted rule, not the digest check, is what fires.
 from __future__ import annotations
 
 import copy
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -152,11 +153,20 @@ def _two_assets(resp: Payload) -> tuple[str, str]:
     return seen[0], seen[1]
 
 
+#: Gym's content-addressed media id, ``"media-" + content_digest[:24]`` (gym-contract §2.4): the only
+#: form that makes a claim about the pixels (opaque ids name an image without describing it).
+_CONTENT_ADDRESSED = re.compile(r"media-[0-9a-f]{24}")
+
+
 @_mutating
 def swap_image_pixels(resp: Payload) -> None:
     """The first image's pixels are another image's, its media id and content_digest kept (a swapped screenshot)."""
     first, other = _two_assets(resp)
     assets = resp["media_assets"]
+    if not _CONTENT_ADDRESSED.fullmatch(first):
+        raise MutationNotApplicable(f"media id {first!r} is opaque: it makes no claim about its pixels")
+    if assets[first]["source_part"] == assets[other]["source_part"]:
+        raise MutationNotApplicable("the two images are the same")
     assets[first]["source_part"] = copy.deepcopy(assets[other]["source_part"])
 
 
