@@ -244,7 +244,8 @@ def exact_batch_metrics(
     Meanings: `compactsim.harness.core.metrics`. `advantages/sum` is NeMo-RL's sum of the unmasked, broadcast
     ``[R, S_pad]`` advantages (S_pad: the longest row rounded up to `make_sequence_length_divisible_by`),
     logged before clipping: `unclipped` maps rollout id → advantage before `advantage_clip_low/high`
-    (absent: no clip); `advantages/mean|min|max` are over trained positions, after clipping.
+    (absent: no clip); `advantages/mean|min|max` are over token_mask positions (sample_mask ignored,
+    NeMo-RL §3.7), after clipping.
     """
     rows_per = Counter(r.logical_rollout_id for r in rows)
     adv = [float(r.advantage or 0.0) for r in rollouts]

@@ -78,9 +78,12 @@ def grpo_advantages(
     if normalize:
         pos = std > 0
         adv[pos] = adv[pos] / (std[pos] + STD_EPSILON)
-    if clip_low is not None or clip_high is not None:
-        adv = np.clip(adv, clip_low, clip_high)
-    return adv, b, std
+    return clip_advantages(adv, clip_low, clip_high), b, std
+
+
+def clip_advantages(adv: np.ndarray, low: float | None, high: float | None) -> np.ndarray:
+    """`grpo.advantage_clip_low/high` (NeMo-RL `_clip_grpo_advantages`); `adv` itself when neither is set."""
+    return adv if low is None and high is None else np.clip(adv, low, high)
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,9 +193,7 @@ def compute_logical_advantages(evidence: Sequence[RolloutEvidence], cfg: Advanta
     check_unique_rollouts(ordered)
     check_group_sizes(ordered, cfg.num_generations_per_prompt)
     rewards = [_reward(e) for e in ordered]
-    clipped = cfg.advantage_clip_low is not None or cfg.advantage_clip_high is not None
-    adv = np.zeros(len(ordered), dtype=np.float64)
-    raw = np.zeros(len(ordered), dtype=np.float64)
+    raw = np.zeros(len(ordered), dtype=np.float64)  # before the clip: what NeMo-RL logs as advantages/sum
     base = np.zeros(len(ordered), dtype=np.float64)
     std = np.zeros(len(ordered), dtype=np.float64)
     start = 0
@@ -200,19 +201,10 @@ def compute_logical_advantages(evidence: Sequence[RolloutEvidence], cfg: Advanta
         end = start
         while end < len(ordered) and ordered[end].group_key == ordered[start].group_key:
             end += 1
-        group = rewards[start:end]
-        a, b, s = grpo_advantages(
-            group,
-            leave_one_out=cfg.use_leave_one_out_baseline,
-            normalize=cfg.normalize_rewards,
-            clip_low=cfg.advantage_clip_low,
-            clip_high=cfg.advantage_clip_high,
-        )
-        adv[start:end], base[start:end], std[start:end] = a, b, s
-        # what NeMo-RL logs as advantages/sum: the same estimate, not yet clipped
-        raw[start:end] = grpo_advantages(group, leave_one_out=cfg.use_leave_one_out_baseline,
-                                         normalize=cfg.normalize_rewards)[0] if clipped else a
+        raw[start:end], base[start:end], std[start:end] = grpo_advantages(
+            rewards[start:end], leave_one_out=cfg.use_leave_one_out_baseline, normalize=cfg.normalize_rewards)
         start = end
+    adv = clip_advantages(raw, cfg.advantage_clip_low, cfg.advantage_clip_high)
     return LogicalAdvantages(
         rollout_ids=tuple(e.rollout_id for e in ordered),
         group_keys=tuple(e.group_key for e in ordered),
@@ -228,6 +220,7 @@ def compute_logical_advantages(evidence: Sequence[RolloutEvidence], cfg: Advanta
 __all__ = [
     "STD_EPSILON",
     "LogicalAdvantages",
+    "clip_advantages",
     "check_group_sizes",
     "check_unique_rollouts",
     "compute_logical_advantages",

@@ -11,7 +11,7 @@ from unittest.mock import patch
 import numpy as np
 
 from compactsim.harness.pipeline import trainer as trainer_module
-from compactsim.harness.pipeline.advantages import compute_logical_advantages, grpo_advantages
+from compactsim.harness.pipeline.advantages import clip_advantages, compute_logical_advantages, grpo_advantages
 from compactsim.harness.pipeline.loss import LossOutput
 from compactsim.harness.pipeline.materializer import prepare_trace_batch
 
@@ -64,14 +64,11 @@ def materialized_with_groups_by(plans: Any, cfg: Any, key: Callable[[Any], str])
     groups: dict[str, list[int]] = {}
     for k, rid in enumerate(ref.rollout_ids):
         groups.setdefault(key(by_id[rid]), []).append(k)
-    adv, raw, base, std = (np.zeros(len(ref.rollout_ids)) for _ in range(4))
+    raw, base, std = (np.zeros(len(ref.rollout_ids)) for _ in range(3))
     for idx in groups.values():
-        rewards = [ref.rewards[k] for k in idx]
-        adv[idx], base[idx], std[idx] = grpo_advantages(
-            rewards, leave_one_out=acfg.use_leave_one_out_baseline, normalize=acfg.normalize_rewards,
-            clip_low=acfg.advantage_clip_low, clip_high=acfg.advantage_clip_high)
-        raw[idx] = grpo_advantages(rewards, leave_one_out=acfg.use_leave_one_out_baseline,
-                                   normalize=acfg.normalize_rewards)[0]
+        raw[idx], base[idx], std[idx] = grpo_advantages(
+            [ref.rewards[k] for k in idx], leave_one_out=acfg.use_leave_one_out_baseline, normalize=acfg.normalize_rewards)
+    adv = clip_advantages(raw, acfg.advantage_clip_low, acfg.advantage_clip_high)
     # every per-rollout field regrouped, the unclipped advantages (advantages/sum) included
     logical = replace(ref, baselines=tuple(map(float, base)), stds=tuple(map(float, std)),
                       advantages=tuple(map(float, adv)), unclipped_advantages=tuple(map(float, raw)))
