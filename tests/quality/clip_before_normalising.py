@@ -44,5 +44,14 @@ class Backend(ReferenceBackend):
     name = "clip-before-normalising"
 
     def materialize(self, plans: Sequence[TracePlan], cfg: TrainerConfig) -> TraceBatch:
-        with patch.object(advantages_module, "grpo_advantages", _clip_then_normalise):
+        acfg = cfg.advantage_config()
+
+        def estimate(rewards: Sequence[float], *, leave_one_out: bool = True, normalize: bool = True,
+                     **_: object) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+            return _clip_then_normalise(rewards, leave_one_out=leave_one_out, normalize=normalize,
+                                        clip_low=acfg.advantage_clip_low, clip_high=acfg.advantage_clip_high)
+
+        # the clip moves into the estimate, ahead of the division; the reference's clip after it is gone
+        with patch.object(advantages_module, "grpo_advantages", estimate), \
+                patch.object(advantages_module, "clip_advantages", lambda adv, low, high: adv):
             return super().materialize(plans, cfg)
