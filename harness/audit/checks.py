@@ -158,10 +158,12 @@ def check_error(report: Reporter, expected: ExpectedError | None, observed: Obse
         observed.turn_id if expected.turn_id is not None else None,
     )
     if where_actual != where_expected:
+        compared = [f"rollout {expected.rollout_id!r}"] if expected.rollout_id is not None else []
+        compared += [f"turn {expected.turn_id}"] if expected.turn_id is not None else []
         return [rep(
             "verdict.error_location",
-            f"{expected.code} raised for rollout {observed.rollout_id!r} turn {observed.turn_id}; expected rollout "
-            f"{expected.rollout_id!r} turn {expected.turn_id}",
+            f"{expected.code} raised for rollout {observed.rollout_id!r} turn {observed.turn_id}; expected "
+            + " ".join(compared) + ("" if len(compared) == 2 else " (the other location is not compared)"),
             expected={"rollout_id": expected.rollout_id, "turn_id": expected.turn_id},
             actual={"rollout_id": observed.rollout_id, "turn_id": observed.turn_id},
         )]
@@ -224,8 +226,10 @@ def check_row_owner(report: Reporter, want: ExpectedRow, got: ObservedRow, obser
     parent = got.parent_index
     parent_id = observed.logical[parent].rollout_id if 0 <= parent < len(observed.logical) else None
     if parent_id != want.logical_rollout_id:
+        right = next((i for i, r in enumerate(observed.logical) if r.rollout_id == want.logical_rollout_id), None)
+        hint = "" if right is None else f" (logical index {right} of the batch's canonical order)"
         out.append(report("row.owner", f"parent_indices[{got.row_index}]={parent} names rollout {parent_id!r}; "
-                          f"the row belongs to {want.logical_rollout_id!r}",
+                          f"the row belongs to {want.logical_rollout_id!r}{hint}",
                           expected=want.logical_rollout_id, actual=parent_id, row=rid))
     elif got.logical_rollout_id != want.logical_rollout_id:
         out.append(report("row.owner", f"row {got.row_index} is labelled rollout {got.logical_rollout_id!r}; "

@@ -391,6 +391,8 @@ def verify_scenario(
         tol = Tolerances.for_dtype(golden.trainer.precision)
     report = audit_run(expectation, ObservedRun(steps=tuple(steps), error=error), tolerances=tol, reproduce=reproduce)
     report = _drop_unchecked(report, omitted, reproduce=reproduce, strict=strict)
+    if not rows and refused is None:
+        report = _say_no_lines(report)
     missing = Counter(o.field for o in omitted)
     rollout_of: dict[str, str] = {}
     for r in rows:
@@ -411,6 +413,14 @@ def verify_scenario(
         reproduce=reproduce,
         policy_metrics_not_checked=policy_skipped,
     )
+
+
+def _say_no_lines(report: AuditReport) -> AuditReport:
+    """A scenario the dump never mentions: say so, instead of "0 optimizer steps trained"."""
+    return replace(report, findings=tuple(
+        replace(f, message=f"the dump has no line for scenario {report.scenario!r} (no row, no error line); "
+                           f"the goldens expect {f.expected} training step(s)") if f.check == "steps.count" else f
+        for f in report.findings))
 
 
 def _skip_unstated_advantages(expectation: ScenarioExpectation, omitted: Sequence[Omission]) -> ScenarioExpectation:

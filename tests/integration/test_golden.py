@@ -243,3 +243,27 @@ def test_malformed_dump_names_line_and_field(exported, reference):
     with pytest.raises(RowsDumpError) as info:
         parse_rows_dump("\n".join(text) + "\n", source="rows.jsonl")
     assert (info.value.line, info.value.field) == (3, "generation_logprobs")
+
+
+def test_findings_say_what_to_fix_in_the_dump(exported, reference):
+    """A stranger's three commonest dump mistakes get findings that name the fix, not only the symptom."""
+    rows, metrics = reference
+    # 1. a scenario the dump never mentions: said as such, not as "0 optimizer steps trained"
+    without = [r for r in rows if r["scenario"] != "mask-sample-rollouts"]
+    (f,) = verify(exported, without, metrics).findings
+    assert (f.check, f.expected, f.actual) == ("steps.count", 1, 0)
+    assert f.message.startswith("the dump has no line for scenario 'mask-sample-rollouts' (no row, no error line)")
+    # 2. a wrong parent_index: the finding names the index the canonical order gives the row's rollout
+    swapped = copy.deepcopy(rows)
+    target = next(r for r in swapped if r["scenario"] == "multi-group-padding" and r["parent_index"] == 0)
+    target["parent_index"] = 1
+    owner = [f for f in verify(exported, swapped, metrics).findings if f.check == "row.owner"]
+    assert len(owner) == 1 and owner[0].message.endswith("(logical index 0 of the batch's canonical order)")
+    # 3. a refusal naming the wrong rollout where the goldens compare no turn: no "expected ... turn None"
+    moved = copy.deepcopy(rows)
+    err = next(r for r in moved if r["scenario"] == "batch-duplicate-rollout-id")
+    err["error"]["rollout_id"] = "s0-g0-r1"
+    (loc,) = verify(exported, moved, metrics).findings
+    assert loc.check == "verdict.error_location"
+    assert loc.message.endswith("expected rollout 's0-g0-r0' (the other location is not compared)")
+    assert "None" not in loc.message.split("; expected")[1]
