@@ -385,6 +385,11 @@ class Engine:
         if self.settings.mode == "scripted":
             gen = self._scripted(prompt, ids, step, key, top_logprobs)
         else:
+            cap = self.settings.policy.max_sequence_tokens
+            if len(prompt.token_ids) + len(ids) > cap:
+                raise RequestRejected(422, f"prompt of {len(prompt.token_ids)} tokens + {len(ids)} to generate exceeds "
+                                           f"policy.max_sequence_tokens={cap} (the policy's attention memory grows "
+                                           "with the square of the sequence)")
             gen = self._policy_generate(prompt, ids, key, request_digest, top_logprobs)
         parsed = parse_completion(gen["sampled"], item_id=call_item_id(self.settings.seed, key))
         return Generation(

@@ -138,6 +138,10 @@ class PolicySettings(_Strict):
     #: sampled reasoning/text byte lengths when no script step applies
     default_reasoning_bytes: int = Field(default=8, ge=0, le=4096)
     default_text_bytes: int = Field(default=16, ge=1, le=4096)
+    #: prompt + sampled tokens one generation may forward: the tiny policy's plain attention holds
+    #: [heads, S, S] scores (8 * 4 * S**2 bytes in float64: 0.5 GiB at 4096, 8 GiB at 16384), so a
+    #: longer request is refused with 422 instead of exhausting the server's memory
+    max_sequence_tokens: int = Field(default=4096, ge=16, le=65536)
 
     @field_validator("device")
     @classmethod

@@ -133,3 +133,18 @@ def test_an_image_header_over_the_pixel_cap_gets_422_and_no_pillow_warning(polic
     assert r.status_code == 422
     assert "image 0: image is 10000x10000 = 100000000 pixels; the cap is 16777216" in r.text
     assert [w for w in caught if "DecompressionBomb" in w.category.__name__] == []
+
+
+def test_a_sequence_over_the_policy_cap_gets_422_before_any_forward():
+    """The policy's attention needs memory in S²: a 28k-token prompt once took the server down (OOM)."""
+    from compactsim.mock_servers.model_server import ServerSettings
+    from compactsim.mock_servers.model_server.settings import PolicySettings
+
+    settings = ServerSettings(mode="policy", seed=1, policy=PolicySettings(max_sequence_tokens=64))
+    with client_for(settings) as c:
+        short = c.post("/v1/responses", json={"input": "hi", "max_output_tokens": 8})
+        long = c.post("/v1/responses", json={"input": "x" * 60, "max_output_tokens": 8})
+    assert short.status_code == 200
+    assert long.status_code == 422
+    detail = long.json()["detail"]
+    assert "exceeds policy.max_sequence_tokens=64" in detail and "tokens + " in detail
