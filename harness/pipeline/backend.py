@@ -17,6 +17,7 @@ proves the audit catches a bug) is loaded with ``--backend module:attr``::
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from compactsim.harness.core.batch import TraceBatch
@@ -107,14 +108,30 @@ def load_backend(spec: str) -> Backend:
         obj: Any = importlib.import_module(module_name)
         for part in attr.split("."):
             obj = getattr(obj, part)
-    except (ImportError, AttributeError) as exc:
-        raise ConfigError("invalid_argument", f"backend={spec!r} does not load: {type(exc).__name__}: {exc}") from None
-    if isinstance(obj, type):
-        obj = obj()
-    missing = [m for m in ("plan", "materialize", "train_step") if not callable(getattr(obj, m, None))]
+        if isinstance(obj, type):
+            obj = obj()
+        missing = [m for m in ("plan", "materialize", "train_step") if not callable(getattr(obj, m, None))]
+    except (Exception, SystemExit) as exc:  # the user's module, whatever it raises (Ctrl-C still stops)
+        raise ConfigError("invalid_argument", f"backend={spec!r} does not load: {_describe(exc)}") from None
     if missing:
         raise ConfigError("invalid_argument", f"backend={spec!r} lacks the Backend method(s) {missing}")
     return obj
+
+
+def _describe(exc: BaseException) -> str:
+    """``Type: message (file:line)`` of an exception raised by a backend's own module, where it was raised."""
+    import traceback
+
+    try:
+        text = exc.msg if isinstance(exc, SyntaxError) else str(exc)
+    except Exception:  # noqa: BLE001 - a broken __str__ must not hide the failure
+        text = "<str() raised>"
+    if isinstance(exc, SyntaxError) and exc.filename:
+        where = f"{Path(exc.filename).name}:{exc.lineno}"
+    else:
+        frames = traceback.extract_tb(exc.__traceback__)
+        where = f"{Path(frames[-1].filename).name}:{frames[-1].lineno}" if frames else ""
+    return f"{type(exc).__name__}: {text}" + (f" ({where})" if where else "")
 
 
 __all__ = ["Backend", "ReferenceBackend", "load_backend"]

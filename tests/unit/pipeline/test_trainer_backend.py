@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 from pathlib import Path
 
@@ -59,3 +60,35 @@ def test_load_backend_rejects_an_object_without_the_backend_methods():
     with pytest.raises(ConfigError) as err:
         load_backend(f"{__name__}:_NotABackend")
     assert "lacks the Backend method(s) ['materialize', 'train_step']" in err.value.detail
+
+
+class _InitRaises:
+    def __init__(self) -> None:
+        raise ValueError("init boom")
+
+
+@pytest.mark.parametrize(("source", "attr", "says"), [
+    ("raise RuntimeError('boom at import')\n", "X", "RuntimeError: boom at import (brokenmod_{}.py:1)"),
+    ("import sys\nsys.exit(7)\n", "X", "SystemExit: 7 (brokenmod_{}.py:2)"),
+    ("def f(:\n", "X", "SyntaxError: invalid syntax (brokenmod_{}.py:1)"),
+    ("class B:\n    def __init__(self, x):\n        pass\n", "B", "TypeError: "),
+    ("class B:\n    @property\n    def plan(self):\n        raise KeyError('p')\n    materialize = train_step = print\n",
+     "B", "KeyError: 'p' (brokenmod_{}.py:4)"),
+])
+def test_a_backend_module_that_raises_while_loading_is_a_typed_error_naming_where(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, source: str, attr: str, says: str):
+    """The user's module may raise anything, SystemExit included: exit 2 with the place, never a traceback."""
+    name = f"brokenmod_{abs(hash(source)) % 10**8}"
+    (tmp_path / f"{name}.py").write_text(source)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(ConfigError) as err:
+        load_backend(f"{name}:{attr}")
+    assert err.value.code == "invalid_argument"
+    assert f"backend='{name}:{attr}' does not load: " + says.format(name.split("_")[1]) in err.value.detail
+
+
+def test_a_backend_class_whose_constructor_raises_names_its_own_line():
+    with pytest.raises(ConfigError) as err:
+        load_backend(f"{__name__}:_InitRaises")
+    line = inspect.getsourcelines(_InitRaises.__init__)[1] + 1
+    assert err.value.detail.endswith(f"does not load: ValueError: init boom (test_trainer_backend.py:{line})")
