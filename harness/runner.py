@@ -392,7 +392,8 @@ def run_scenario(
         report = audit_run(expectation, observed, backend=_backend_flag(options.backend),
                            tolerances=Tolerances.for_dtype(settings.precision),
                            reproduce=scenario_reproduce(scenario, options), training=training,
-                           router_replay=settings.router_replay)
+                           router_replay=settings.router_replay,
+                           declared=(scenario.expect.verdict, scenario.expect.code, scenario.expect.turn))
         traces = _trace_views(observed.steps, report.findings)
         media = _media_urls(logs_by_step, traces)
     files["audit.json"] = (json.dumps(report.to_json(), indent=2, sort_keys=True) + "\n").encode("utf-8")
@@ -528,7 +529,9 @@ def _backend_step(
         _check_versions(version_before, state.version, result)
         with clock.stage("write"):
             return _observe_result(result, k, measured)
-    except (Exception, SystemExit) as exc:  # noqa: BLE001 - any backend failure (sys.exit too) is the observed outcome
+    except BaseException as exc:  # noqa: BLE001 - any backend failure (sys.exit, its own BaseException) is the outcome
+        if isinstance(exc, (KeyboardInterrupt, GeneratorExit)):
+            raise  # the user's Ctrl-C, or the interpreter closing a generator: not the backend's verdict
         return _observed_error(exc, k, stage)
 
 

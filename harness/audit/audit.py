@@ -115,9 +115,11 @@ def audit_run(
     reproduce: str | None = None,
     training: Sequence[ExpectedTrainingStep] = (),
     router_replay: bool = False,
+    declared: tuple[str, str | None, int | None] | None = None,
 ) -> AuditReport:
     """Compare a whole run with the oracle; `backend` ("module:attr") goes into the reproduction command.
 
+    `declared` is the scenario's own `expect` (verdict, code, turn), checked against the oracle's verdict.
     `training` holds the oracle's step truths (`compactsim.harness.oracle.training`) for the steps whose state the
     harness measured; `router_replay` says the trainer had router replay on, so every real row must carry
     its routes.
@@ -127,6 +129,8 @@ def audit_run(
     rep = C.Reporter(expectation.scenario, None, cmd)
     must_fail = expectation.verdict == "error"
     findings: list[Finding] = []
+    if declared is not None:
+        findings += C.check_declared_verdict(rep, declared, expectation.error if must_fail else None)
     findings += C.check_error(rep, expectation.error if must_fail else None, observed.error)
     if not must_fail and observed.error is None:
         findings += C.check_step_count(rep, len(expectation.steps), len(observed.steps))

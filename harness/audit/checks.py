@@ -170,6 +170,29 @@ def check_error(report: Reporter, expected: ExpectedError | None, observed: Obse
     return []
 
 
+def check_declared_verdict(report: Reporter, declared: tuple[str, str | None, int | None],
+                           derived: ExpectedError | None) -> list[Finding]:
+    """The scenario's own `expect` (verdict, code, turn) agrees with what the oracle derives from it.
+
+    The oracle decides the verdict from the scenario's script, faults, mutations and ground truth;
+    an author's `expect` that disagrees is a wrong scenario (or a wrong oracle), never a pass.
+    """
+    verdict, code, turn = declared
+    said = "success" if verdict == "success" else f"error {code}" + (f" at turn {turn}" if turn is not None else "")
+    if derived is None:
+        agree = verdict == "success"
+        found = "success"
+    else:
+        agree = verdict == "error" and code == derived.code and (turn is None or turn == derived.turn_id)
+        found = f"error {derived.code}" + (f" at turn {derived.turn_id}" if derived.turn_id is not None else "")
+    if agree:
+        return []
+    return [report("scenario.declared_verdict",
+                   f"the scenario declares expect: {said}, but its script, faults and mutations lead to {found}; "
+                   "fix the scenario's expect (or report an oracle bug)",
+                   expected=found, actual=said)]
+
+
 def check_step_count(report: Reporter, expected: int, actual: int) -> list[Finding]:
     if expected == actual:
         return []
@@ -599,6 +622,7 @@ __all__ = [
     "check_row_routes",
     "check_row_sample_mask",
     "check_row_tokens",
+    "check_declared_verdict",
     "check_step_count",
     "close",
     "match_rows",

@@ -21,6 +21,7 @@ CHECKS: dict[str, str] = {
     "verdict.expected_error": "The scenario must be refused with an error code, but the run succeeded.",
     "verdict.error_code": "The run was refused with a different error code than the scenario's.",
     "verdict.error_location": "The right error code, raised for another rollout or turn.",
+    "scenario.declared_verdict": "The scenario's own expect disagrees with the verdict its script, faults and mutations lead to.",
     "steps.count": "The run trained a different number of optimizer steps than the scenario has.",
     "rows.missing": "An expected physical trace has no row in the batch.",
     "rows.unexpected": "The batch has a real row for a physical trace the oracle does not expect.",

@@ -322,6 +322,16 @@ def shrink_command(
         if seed is not None:
             original = original.with_seed(seed)
         ensure_output_dir(out)  # a bad --out fails now, not after the search
+        if backend:
+            from compactsim.harness.pipeline.backend import load_backend
+
+            load_backend(backend)  # an unloadable backend is bad input, not "passes the audit"
+        if name is not None:
+            from compactsim.scenarios.model import NAME_PATTERN
+
+            if not NAME_PATTERN.fullmatch(name):
+                raise ConfigError("invalid_argument", f"--name {name[:100]!r}: a scenario name is 1 to 80 lowercase "
+                                                      "letters, digits and '-', starting with a letter or digit")
         result = shrink(original, RunOptions(backend=backend or DEFAULT_BACKEND), max_examples=max_examples)
         entry = shrunk_entry(result, name=name)
     except CompactsimError as exc:

@@ -129,7 +129,11 @@ def _describe(exc: BaseException) -> str:
     if isinstance(exc, SyntaxError) and exc.filename:
         where = f"{Path(exc.filename).name}:{exc.lineno}"
     else:
-        frames = traceback.extract_tb(exc.__traceback__)
+        import importlib
+
+        machinery = (__file__, str(Path(importlib.__file__).parent))  # the loader's frames say nothing to the user
+        frames = [f for f in traceback.extract_tb(exc.__traceback__)
+                  if not f.filename.startswith("<") and not f.filename.startswith(machinery)]
         where = f"{Path(frames[-1].filename).name}:{frames[-1].lineno}" if frames else ""
     return f"{type(exc).__name__}: {text}" + (f" ({where})" if where else "")
 

@@ -23,6 +23,10 @@ KEPT_NAMESPACES: tuple[str, ...] = ("physical_trace_training/", "train/", "async
 DEFAULT_PROJECT = "compactsim"
 #: W&B's own limit on a tag's length.
 MAX_TAG_CHARS = 64
+#: W&B refuses project names longer than this or holding one of these characters (wandb_settings.validate_project),
+#: only when the run starts: checked before any scenario runs instead.
+MAX_PROJECT_CHARS = 128
+PROJECT_FORBIDDEN = "/\\#?%:"
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +43,11 @@ class WandbSettings:
     def __post_init__(self) -> None:
         if not self.project.strip():
             raise ConfigError("invalid_argument", "--wandb-project '': a project name must not be empty")
+        bad = sorted(set(self.project) & set(PROJECT_FORBIDDEN))
+        if bad or len(self.project) > MAX_PROJECT_CHARS:
+            raise ConfigError("invalid_argument", f"--wandb-project {self.project[:140]!r}: W&B project names have at "
+                                                  f"most {MAX_PROJECT_CHARS} characters and none of "
+                                                  f"{' '.join(PROJECT_FORBIDDEN)}" + (f" (found {' '.join(bad)})" if bad else ""))
         for tag in self.tags:
             if not tag.strip() or len(tag) > MAX_TAG_CHARS:
                 raise ConfigError("invalid_argument", f"--wandb-tag {tag!r}: a tag must have 1 to {MAX_TAG_CHARS} "

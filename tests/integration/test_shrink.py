@@ -53,3 +53,19 @@ def test_reduce_scenario_cuts_explicit_turns_keeping_the_final_answer(generated:
     assert cut is not None
     assert cut.script.num_turns == 2
     assert cut.script.turns[-1] == generated.script.turns[-1]
+
+
+@pytest.mark.parametrize(("args", "says"), [
+    (["--backend", "nonexistent_backend_module:X"], "does not load: ModuleNotFoundError"),
+    (["--name", "Bad Name!"], "--name 'Bad Name!': a scenario name is"),
+])
+def test_shrink_refuses_bad_options_before_searching(tmp_path, args, says):
+    """An unloadable backend is not "passes the audit", and a bad --name fails before minutes of search."""
+    from typer.testing import CliRunner
+
+    from compactsim.harness.cli import app
+
+    result = CliRunner().invoke(app, ["shrink", "single-call-rollout", "--out", str(tmp_path / "s"), *args])
+    assert result.exit_code == 2
+    assert says in result.output
+    assert "Traceback" not in result.output

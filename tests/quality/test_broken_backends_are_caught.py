@@ -58,7 +58,7 @@ MISREPORTING = (
 )
 #: Backends that fail outright: the run must end in a `backend.error` finding, not a crash.
 CRASHING = ("crashing_train_step", "malformed_result", "exits_the_process", "unprintable_error", "version_not_advanced",
-            "trained_version_mislabelled")
+            "trained_version_mislabelled", "raises_its_own_base_exception")
 
 
 @pytest.mark.parametrize("module", BROKEN)

@@ -289,6 +289,27 @@ def test_unexpected_error_is_reported_with_its_step():
     assert report.observed == "error:undeclared_discontinuity"
 
 
+@pytest.mark.parametrize(("declared", "derived", "said", "found"), [
+    (("error", "incomplete_group", None), None, "error incomplete_group", "success"),
+    (("success", None, None), ExpectedError("evidence_digest_mismatch", "r-a", 2), "success",
+     "error evidence_digest_mismatch at turn 2"),
+    (("error", "turn_order", None), ExpectedError("evidence_digest_mismatch", "r-a", 2), "error turn_order",
+     "error evidence_digest_mismatch at turn 2"),
+    (("error", "evidence_digest_mismatch", 3), ExpectedError("evidence_digest_mismatch", "r-a", 2),
+     "error evidence_digest_mismatch at turn 3", "error evidence_digest_mismatch at turn 2"),
+])
+def test_a_scenario_whose_declared_expect_disagrees_with_the_oracle_is_a_finding(declared, derived, said, found):
+    """A user's scenario file that expects the wrong verdict must not pass on the oracle's word alone."""
+    want = expectation(1, error=derived)
+    run = run_of(artifact()) if derived is None else ObservedRun(steps=(), error=ObservedError(
+        derived.code, derived.rollout_id, derived.turn_id, 0, "plan", "x"))
+    report = audit_run(want, run, declared=declared)
+    f = only(report.findings)
+    assert (f.check, f.expected, f.actual) == ("scenario.declared_verdict", found, said)
+    agreeing = ("success", None, None) if derived is None else ("error", derived.code, None)
+    assert audit_run(want, run, declared=agreeing).findings == ()
+
+
 def test_expected_error_that_never_comes_is_reported():
     want = ExpectedError("evidence_digest_mismatch", "r-a", 2)
     report = audit_run(expectation(1, error=want), run_of(artifact()))

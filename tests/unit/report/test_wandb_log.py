@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import sys
 import types
 from dataclasses import replace
@@ -49,6 +51,14 @@ def test_settings_refuse_empty_project_and_bad_tags():
     with pytest.raises(ConfigError, match="a tag must have 1 to 64 characters"):
         WandbSettings(tags=("x" * 65,))
     assert wandb_tags(WandbSettings(tags=("ci", "fixture")), record()) == ["ci", "fixture"]
+
+
+@pytest.mark.parametrize(("project", "says"), [("../../x", "(found /)"), ("a:b#c", "(found # :)"),
+                                               ("p" * 129, "at most 128 characters")])
+def test_settings_refuse_a_project_name_wandb_would_refuse_after_the_run(project: str, says: str):
+    with pytest.raises(ConfigError, match=re.escape(says)):
+        WandbSettings(project=project)
+    assert WandbSettings(project="p" * 128).project == "p" * 128
 
 
 class _FakeRun:
