@@ -19,8 +19,11 @@ from compactsim.harness.core.errors import ConfigError
 HOST = "127.0.0.1"
 
 
-def build_settings(mode: str, seed: int, settings_file: Path | None, dtype: str | None) -> Any:
-    """ServerSettings from an optional JSON/YAML file, with --mode/--seed/--dtype applied on top.
+def build_settings(mode: str | None, seed: int | None, settings_file: Path | None, dtype: str | None) -> Any:
+    """ServerSettings from an optional JSON/YAML file, with the --mode/--seed/--dtype that were given applied on top.
+
+    An option left out keeps the file's value (or the default): `--settings` with `"mode": "policy"`
+    serves the policy.
 
     The file must hold a mapping of fields (an empty YAML file counts as none); a list or a scalar
     is refused rather than ignored, and every invalid field is named.
@@ -40,8 +43,10 @@ def build_settings(mode: str, seed: int, settings_file: Path | None, dtype: str 
             raise ConfigError("invalid_config", f"{settings_file}: expected a mapping of ServerSettings fields, "
                                                 f"got {_kind(loaded)}")
         data = dict(loaded or {})
-    data["mode"] = mode
-    data["seed"] = seed
+    if mode is not None:
+        data["mode"] = mode
+    if seed is not None:
+        data["seed"] = seed
     if dtype is not None:
         policy = data.get("policy")
         # a `policy` that is not a mapping stays as it is, for validation to name the field
@@ -95,15 +100,17 @@ def bind_port(port: int) -> socket.socket:
 
 
 def serve_command(
-    mode: Annotated[str, typer.Option(help="scripted: answers from the script table; policy: the tiny MoE policy samples")] = "scripted",
-    seed: Annotated[int, typer.Option(min=0, max=MAX_SEED, help="run seed; every answer is a pure function of "
-                                                               "(seed, body, policy version)")] = 0,
+    mode: Annotated[str | None, typer.Option(help="scripted: answers from the script table; policy: the tiny MoE "
+                                                  "policy samples [default: the settings file's, else scripted]")] = None,
+    seed: Annotated[int | None, typer.Option(min=0, max=MAX_SEED, help="run seed; every answer is a pure function of "
+                                                                      "(seed, body, policy version) [default: the "
+                                                                      "settings file's, else 0]")] = None,
     port: Annotated[int, typer.Option(min=0, max=MAX_PORT, help="TCP port on 127.0.0.1 (0 = pick a free one)")] = 8000,
     settings: Annotated[Path | None, typer.Option("--settings", help="JSON/YAML file of ServerSettings (script, faults, limits)")] = None,
     dtype: Annotated[str | None, typer.Option(help="policy dtype: float32 or float64")] = None,
 ) -> None:
     """Serve /v1/chat/completions, /v1/responses, /tokenize, /v1/models, /health and /weights on 127.0.0.1."""
-    if mode not in ("scripted", "policy"):
+    if mode is not None and mode not in ("scripted", "policy"):
         err_console.print(f"[red]error[/red]: --mode={mode!r}: expected scripted or policy")
         raise typer.Exit(ExitCode.ERROR)
     try:
@@ -123,7 +130,8 @@ def serve_command(
     import uvicorn
 
     bound = sock.getsockname()[1]
-    err_console.print(f"compactsim mock model server: mode={mode} seed={seed} on http://{HOST}:{bound}",
+    err_console.print(f"compactsim mock model server: mode={server_settings.mode} seed={server_settings.seed} "
+                      f"on http://{HOST}:{bound}",
                       markup=False, soft_wrap=True)
     server = uvicorn.Server(uvicorn.Config(app, host=HOST, port=bound, log_level="warning", access_log=False,
                                            lifespan="off"))

@@ -22,6 +22,15 @@ def test_build_settings_applies_options_over_a_settings_file(tmp_path):
     assert s.faults[0].kind == "slow"
 
 
+def test_options_left_out_keep_the_settings_file_values(tmp_path):
+    """`serve --settings` with `"mode": "policy"` serves the policy: only given options override the file."""
+    path = tmp_path / "s.json"
+    path.write_text(json.dumps({"mode": "policy", "seed": 7}))
+    assert (lambda s: (s.mode, s.seed))(build_settings(None, None, path, None)) == ("policy", 7)
+    assert (lambda s: (s.mode, s.seed))(build_settings(None, None, None, None)) == ("scripted", 0)
+    assert (lambda s: (s.mode, s.seed))(build_settings("scripted", None, path, None)) == ("scripted", 7)
+
+
 def test_build_settings_reports_every_invalid_field(tmp_path):
     path = tmp_path / "s.yaml"
     path.write_text("drift: sideways\nfaults:\n  - kind: explode\n")
