@@ -53,6 +53,7 @@ def parse_scenarios(data: Any, *, source: str) -> tuple[Scenario, ...]:
     if not isinstance(data, dict) or set(data) != {"scenarios"} or not isinstance(data["scenarios"], list):
         raise ConfigError("invalid_config", f"{source}: expected a mapping with one key 'scenarios' holding a list")
     out: list[Scenario] = []
+    first: dict[str, int] = {}
     for k, entry in enumerate(data["scenarios"]):
         name = entry.get("name") if isinstance(entry, dict) else None
         label = f"{source}: scenarios[{k}]" + (f" ({name!r})" if name else "")
@@ -61,6 +62,10 @@ def parse_scenarios(data: Any, *, source: str) -> tuple[Scenario, ...]:
         except ValidationError as exc:
             problems = tuple(f"{_where(e['loc'])}: {e['msg']}" for e in exc.errors())
             raise ConfigError("invalid_config", f"{label}: {len(problems)} invalid field(s)", violations=problems) from None
+        if out[-1].name in first:
+            raise ConfigError("invalid_config", f"{label}: the name is already used by scenarios[{first[out[-1].name]}] "
+                                                "of this file; names are unique")
+        first[out[-1].name] = k
     return tuple(out)
 
 

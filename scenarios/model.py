@@ -254,7 +254,7 @@ class FaultRef(_Strict):
     index: int | None = Field(None, ge=0)
     turn: int | None = Field(None, ge=1)
     #: 1-based attempts of a call the fault fires on (None: every attempt)
-    attempts: tuple[int, ...] | None = Field(None, min_length=1)
+    attempts: tuple[Annotated[int, Field(ge=1)], ...] | None = Field(None, min_length=1)
     endpoint: Literal["any", "chat", "responses"] = "any"
     probability: float = Field(1.0, ge=0.0, le=1.0)
     delay_s: float | None = Field(None, ge=0.0, le=60.0)

@@ -360,6 +360,11 @@ def load_json_documents(path: Path, *, what: str = "file") -> list[Any]:
 # -------------------------------------------------------------------------------------------- YAML
 
 
+#: A UTF-16 surrogate code point: YAML's "\ud800" escape yields one (PyYAML does not even join an escaped
+#: pair into one character), and no UTF-8 text can hold it.
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
 def parse_yaml(text: str, source: str) -> Any:
     """A YAML document (safe loader) under the same depth and integer limits; problems are `InputError`s."""
     import yaml
@@ -372,6 +377,12 @@ def parse_yaml(text: str, source: str) -> Any:
             if digits > MAX_INT_DIGITS:
                 raise InputError(source, mark.line + 1, _format_path(path),
                                  f"integer with {digits} digits; the limit is {MAX_INT_DIGITS}", column=mark.column + 1)
+        elif node.tag == "tag:yaml.org,2002:str" and _SURROGATE.search(node.value):
+            at = _SURROGATE.search(node.value).start()  # type: ignore[union-attr]
+            raise InputError(source, mark.line + 1, _format_path(path),
+                             f"string holds the surrogate U+{ord(node.value[at]):04X} at index {at}; text must be "
+                             "valid Unicode (write the character itself, or a \\U escape of 8 hex digits)",
+                             column=mark.column + 1)
         elif node.tag == "tag:yaml.org,2002:float":
             value = yaml.SafeLoader.construct_yaml_float(yaml.SafeLoader(""), node)
             if not math.isfinite(value):
@@ -413,11 +424,24 @@ def parse_yaml(text: str, source: str) -> Any:
                     return node
                 if isinstance(node, yaml.ScalarNode):
                     check_scalar(node, self._path)
+                elif isinstance(node, yaml.MappingNode):
+                    self._check_unique_keys(node)
                 self._count(node)
                 return node
             finally:
                 if parent is not None:
                     self._path.pop()
+
+        def _check_unique_keys(self, node: Any) -> None:
+            """A key given twice in one mapping is refused (YAML says keys are unique; PyYAML keeps the last)."""
+            seen: set[str] = set()
+            for key, _ in node.value:
+                if isinstance(key, yaml.ScalarNode) and key.tag != "tag:yaml.org,2002:merge":
+                    if key.value in seen:
+                        raise InputError(source, key.start_mark.line + 1, _format_path([*self._path, key.value]),
+                                         f"duplicate key {key.value[:60]!r}: it is already set in this mapping",
+                                         column=key.start_mark.column + 1)
+                    seen.add(key.value)
 
         def _check_alias(self, node: Any, alias: Any) -> None:
             """An alias is refused when it refers to its own ancestor or expands past the depth limit."""

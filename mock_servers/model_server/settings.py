@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from compactsim.harness.core.chat_template import DRIFT_MODES, AssistantAction, ToolCall, encode_action
+from compactsim.harness.core.contract import FLOAT32_MAX
 
 Mode = Literal["scripted", "policy"]
 
@@ -85,6 +86,8 @@ class ScriptStep(_Strict):
                 raise ValueError(f"logprobs has {len(self.logprobs)} values; the step samples {n} ids")
             if any(not (lp <= 0.0) for lp in self.logprobs):
                 raise ValueError("logprobs must be <= 0")
+            if any(not lp >= -FLOAT32_MAX for lp in self.logprobs):  # -inf and -1e308: the trainer's float32 cannot hold them
+                raise ValueError(f"logprobs must be finite and >= -{FLOAT32_MAX} (float32's range, as Gym evidence must be)")
         return self
 
     def action(self) -> AssistantAction:
@@ -107,7 +110,7 @@ class FaultSpec(_Strict):
     turn: int | None = Field(default=None, ge=1)
     #: fire only on these 1-based attempts of a call (a transient fault that a retry recovers from
     #: whatever the seed: `attempts=(1,)`); None = every attempt
-    attempts: tuple[int, ...] | None = Field(default=None, min_length=1)
+    attempts: tuple[Annotated[int, Field(ge=1)], ...] | None = Field(default=None, min_length=1)
     endpoint: Literal["any", "chat", "responses"] = "any"
     probability: float = Field(default=1.0, ge=0.0, le=1.0)
     delay_s: float | None = Field(default=None, ge=0.0, le=3600.0)

@@ -202,3 +202,24 @@ def test_a_large_document_without_aliases_is_not_mistaken_for_a_bomb():
     limit grows with the text), so a document without aliases is never refused as a bomb."""
     text = "notes: " + "x" * (2 * YAML_EXPANSION_FLOOR) + "\n"
     assert len(parse_yaml(text, "s.yaml")["notes"]) == 2 * YAML_EXPANSION_FLOOR
+
+
+@pytest.mark.parametrize(("text", "line", "field", "says"), [
+    ("a: 1\nb: 2\na: 3\n", 3, "$.a", "duplicate key 'a'"),
+    ("s:\n  - name: x\n    name: y\n", 3, "$.s[0].name", "duplicate key 'name'"),
+    ('t: "a\\ud800b"\n', 1, "$.t", "the surrogate U+D800 at index 1"),
+    ('t: ["\\udc80"]\n', 1, "$.t[0]", "the surrogate U+DC80 at index 0"),
+    ('t: "\\ud83d\\ude00"\n', 1, "$.t", "the surrogate U+D83D at index 0"),  # PyYAML does not join the pair
+])
+def test_yaml_duplicate_keys_and_surrogates_are_named_where_they_are(text, line, field, says):
+    """PyYAML keeps the last of two equal keys and builds strings no UTF-8 output can hold: both refused here."""
+    with pytest.raises(InputError) as err:
+        parse_yaml(text, "s.yaml")
+    assert (err.value.line, err.value.field) == (line, field)
+    assert says in err.value.problem
+
+
+def test_yaml_non_bmp_escapes_merge_keys_and_equal_keys_in_different_mappings_are_fine():
+    assert parse_yaml('t: "\\U0001F600 \U0001F600"\n', "s.yaml") == {"t": "\U0001F600 \U0001F600"}
+    assert parse_yaml("a: {k: 1}\nb: {k: 2}\n", "s.yaml") == {"a": {"k": 1}, "b": {"k": 2}}
+    assert parse_yaml("base: &b {k: 1}\nc:\n  <<: *b\n  j: 2\n", "s.yaml")["c"] == {"k": 1, "j": 2}
