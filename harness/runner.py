@@ -810,6 +810,13 @@ def _saved_options(settings: Any, source: str) -> RunOptions:
         pass
     if device not in ("cpu", "cuda", "auto"):
         raise InputError(source, None, "device", f"{device!r}: expected 'cpu', 'cuda' or 'auto'")
+    if device == "cuda":
+        from compactsim.harness.train_run import resolve_device
+
+        try:
+            resolve_device(device)  # a run saved on a GPU machine cannot replay here: setup, not a finding
+        except ConfigError as exc:
+            raise InputError(source, None, "device", exc.detail) from None
     if max_steps is not None and (isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1):
         raise InputError(source, None, "max_steps", f"{max_steps!r}: expected null or an integer >= 1")
     return RunOptions(seed=seed, backend=backend, device=device, max_steps=max_steps)

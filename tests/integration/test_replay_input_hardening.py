@@ -104,3 +104,12 @@ def test_malformed_summary_json_exits_2_naming_the_field(case: str, tmp_path: Pa
     text, fragments = SUMMARY_CASES[case]
     (tmp_path / "summary.json").write_text(text)
     assert_refused(invoke("replay", str(tmp_path)), *fragments)
+
+
+def test_a_run_saved_on_a_gpu_machine_is_refused_without_one(tmp_path: Path):
+    """`run --device cuda` without a GPU exits 2; replaying such a run here must too, not report findings."""
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU: the saved device is usable")
+    result = invoke("replay", str(saved_run(tmp_path / "gpu", run={**RUN, "device": "cuda"})))
+    assert_refused(result, "run.json: field device:")
