@@ -142,7 +142,43 @@ def _check_spans(files: GoldenFiles, path: str, line: int, row: Mapping[str, Any
                              f"span [{start}, {end}) is not inside the row's {size} positions")
 
 
-def read_scenario(files: GoldenFiles, name: str) -> GoldenScenario:
+def _check_consistent(source: str, document: Mapping[str, Any], rows: Mapping[int, list[dict[str, Any]]],
+                      entry: Any | None) -> None:
+    """What the schemas cannot say: the expectation agrees with itself, its rows files and the manifest entry.
+
+    A golden edited by hand (and its digests recomputed) could otherwise renumber a step so that no
+    dump row is ever audited, or keep rows for a step that must be refused, and still verify clean.
+    """
+    def bad(field: str, problem: str) -> InputError:
+        return InputError(source, None, field, f"{problem}; the golden files are inconsistent (export them again)")
+
+    steps = document["steps"]
+    for k, step in enumerate(steps):
+        if step["step"] != k:
+            raise bad(f"steps[{k}].step", f"{step['step']}: steps are numbered 0, 1, 2, ... in file order")
+        if step.get("error") is not None:
+            if k != len(steps) - 1:
+                raise bad(f"steps[{k}].error", "a refused step ends the scenario, but a later step follows it")
+            if step["rows"]["file"] is not None:
+                raise bad(f"steps[{k}].rows.file", "a refused step trains no row, but names a rows file")
+        lines = rows.get(k, [])
+        real = [r["physical_trace_id"] for r in lines if r["parent_index"] >= 0]
+        if (len(real), len(lines) - len(real)) != (step["rows"]["real"], step["rows"]["padding"]):
+            raise bad(f"steps[{k}].rows", f"says {step['rows']['real']} real and {step['rows']['padding']} padding "
+                                          f"rows; its rows file holds {len(real)} and {len(lines) - len(real)}")
+        if len(set(real)) != len(real):
+            twice = sorted({t for t in real if real.count(t) > 1})
+            raise bad(f"steps[{k}].rows", f"its rows file lists physical trace(s) {twice[:3]} more than once")
+    last = steps[-1].get("error") if steps else None
+    if (document["verdict"] == "error") != (last is not None) or document["error"] != last:
+        raise bad("verdict", f"{document['verdict']!r} with error {document['error']} disagrees with the last step's "
+                             f"error {last}")
+    if entry is not None and (entry.verdict, entry.steps, entry.error) != (document["verdict"], len(steps), document["error"]):
+        raise bad("verdict", f"the manifest lists verdict {entry.verdict!r}, {entry.steps} step(s), error {entry.error}; "
+                             f"expectation.json has {document['verdict']!r}, {len(steps)}, {document['error']}")
+
+
+def read_scenario(files: GoldenFiles, name: str, entry: Any | None = None) -> GoldenScenario:
     """Scenario `name` of a checked golden directory, every file it reads listed in the manifest."""
     base = f"scenarios/{name}"
     path = f"{base}/expectation.json"
@@ -152,6 +188,7 @@ def read_scenario(files: GoldenFiles, name: str) -> GoldenScenario:
                                   "expected-rows")
         for k, data in enumerate(document["steps"]) if data["rows"]["file"] is not None
     }
+    _check_consistent(files.source(path), document, rows, entry)
     try:
         expectation = expectation_from_document(document, rows)
         trainer = TrainerSettings.from_json(document["trainer"])
@@ -186,7 +223,7 @@ def read_golden(directory: Path, scenarios: Sequence[str] | None = None) -> Gold
     try:
         for name in wanted:
             entry = manifest.scenario(name)
-            scenario = read_scenario(files, entry.name)
+            scenario = read_scenario(files, entry.name, entry)
             if scenario.name != entry.name:
                 raise ConfigError("invalid_argument", f"{directory / entry.directory}: expectation.json is for "
                                   f"scenario {scenario.name!r}, the manifest lists {entry.name!r}")

@@ -232,3 +232,56 @@ def test_golden_reads_are_size_capped(golden: Path, exported: tuple[Path, Path],
     assert (golden / SCEN / "payloads/step-0000/group-0.jsonl").stat().st_size > cap
     monkeypatch.setenv("COMPACTSIM_MAX_INPUT_BYTES", str(cap))
     assert_refused(verify(golden, exported[1]), "over the input limit")
+
+
+# ------------------------------------------------------------------ forged but internally inconsistent goldens
+
+
+def _edit_expectation(change: Callable[[dict[str, Any]], None]) -> Callable[[Path], None]:
+    def edit(golden: Path) -> None:
+        doc = json.loads((golden / EXPECTATION).read_text())
+        change(doc)
+        (golden / EXPECTATION).write_text(json.dumps(doc))
+        rehash(golden)
+    return edit
+
+
+def _duplicate_first_row(golden: Path) -> None:
+    lines = (golden / ROWS).read_text().splitlines()
+    (golden / ROWS).write_text("\n".join([lines[0], *lines]) + "\n")
+    rehash(golden)
+
+
+def _manifest_steps(golden: Path) -> None:
+    data = manifest(golden)
+    data["scenarios"][0]["steps"] = 99
+    write_manifest(golden, data)
+
+
+def _refuse_step(doc: dict[str, Any]) -> None:
+    doc["steps"][0]["error"] = {"code": "incomplete_group", "rollout_id": None, "turn_id": None}
+
+
+def _declare_error(doc: dict[str, Any]) -> None:
+    doc["verdict"] = "error"
+
+
+FORGED = {
+    "renumbered_step": (_edit_expectation(lambda d: d["steps"][0].update(step=5)),
+                        ("field steps[0].step: 5: steps are numbered 0, 1, 2",)),
+    "refused_step_with_rows": (_edit_expectation(_refuse_step),
+                               ("field steps[0].rows.file: a refused step trains no row",)),
+    "verdict_without_error": (_edit_expectation(_declare_error), ("field verdict: 'error' with error None disagrees",)),
+    "row_listed_twice": (_duplicate_first_row, ("field steps[0].rows: says",)),
+    "manifest_step_count": (_manifest_steps, ("the manifest lists verdict 'success', 99 step(s)",)),
+}
+
+
+@pytest.mark.parametrize("case", sorted(FORGED))
+def test_goldens_that_contradict_themselves_are_refused_even_with_valid_digests(case: str, golden: Path,
+                                                                                  exported: tuple[Path, Path]):
+    """Digests prove the files are the ones listed, not that they agree: a renumbered step used to verify
+    clean with none of its rows audited, and a step that must be refused verified a dump that trained it."""
+    edit, fragments = FORGED[case]
+    edit(golden)
+    assert_refused(verify(golden, exported[1]), "the golden files are inconsistent", *fragments)
