@@ -22,7 +22,7 @@ import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, field_validator, model_validator
 
 from compactsim.agents.compaction.config import ContextHistoryConfig
 from compactsim.agents.compaction.presets import policy_preset
@@ -321,7 +321,7 @@ class Scenario(_Strict):
     name: str
     purpose: str = Field(min_length=1, max_length=240)
     tags: tuple[str, ...] = ()
-    seed: int = Field(0, ge=0, lt=2**63)
+    seed: StrictInt = Field(0, ge=0, lt=2**63)  # strict: `seed: true` or `'1'` is a typo, not seed 1
     #: Prompt groups per step (= grpo.num_prompts_per_step) and rollouts per group (= num_generations_per_prompt).
     groups: int = Field(1, ge=1, le=MAX_GROUPS)
     group_size: int = Field(2, ge=1, le=MAX_GROUP_SIZE)

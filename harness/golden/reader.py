@@ -210,6 +210,10 @@ def read_scenario(files: GoldenFiles, name: str, entry: Any | None = None) -> Go
 
 def read_golden(directory: Path, scenarios: Sequence[str] | None = None) -> Golden:
     """The golden directory at `directory`, every file digest-checked; `scenarios` limits which are decoded."""
+    if not isinstance(directory, (str, Path)):
+        raise ConfigError("invalid_argument", f"golden directory {directory!r}: expected a path")
+    if scenarios is not None and (isinstance(scenarios, str) or not all(isinstance(n, str) for n in scenarios)):
+        raise ConfigError("invalid_argument", f"scenarios={scenarios!r}: expected a list of scenario names")
     directory = Path(directory)
     manifest = read_manifest(directory)
     files = GoldenFiles(directory, manifest)

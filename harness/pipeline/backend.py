@@ -101,6 +101,8 @@ def load_backend(spec: str) -> Backend:
     """
     import importlib
 
+    if not isinstance(spec, str):
+        raise ConfigError("invalid_argument", f"backend={spec!r}: expected a 'module:attr' string")
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
         raise ConfigError("invalid_argument", f"backend={spec!r}: expected 'module:attr', e.g. compactsim.harness.pipeline:ReferenceBackend")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictInt
 
 
 class _Lenient(BaseModel):
@@ -76,7 +76,7 @@ class SeedWeightsRequest(BaseModel):
     """JSON form of `POST /weights`: re-initialise the policy from a seed."""
 
     model_config = ConfigDict(extra="forbid")
-    seed: int = Field(ge=0, lt=2**63)
+    seed: StrictInt = Field(ge=0, lt=2**63)  # strict: true or "1" is not a seed
 
 
 __all__ = ["ChatCompletionRequest", "ResponsesRequest", "SeedWeightsRequest", "TokenizeRequest"]

@@ -7,6 +7,7 @@ import copy
 import hashlib
 import json
 import random
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -416,3 +417,14 @@ def test_first_error_is_the_first_jsonschema_error_in_path_order():
     error = first_error("expected-rows", row)
     assert error is not None and list(error.absolute_path) == ["advantages", 0]
     assert load_schema("expected-rows")["properties"]["input_ids"]["items"] == {"type": "integer", "minimum": 0}
+
+
+@pytest.mark.parametrize(("args", "says"), [
+    ((None,), "golden directory None: expected a path"),
+    (("goldens", "no-compaction"), "scenarios='no-compaction': expected a list of scenario names"),
+    (("goldens", [3]), "scenarios=[3]: expected a list of scenario names"),
+])
+def test_read_golden_refuses_arguments_of_the_wrong_type_before_reading(args, says):
+    """A bare string of names used to be read character by character ("no scenario 'n'")."""
+    with pytest.raises(ConfigError, match=re.escape(says)):
+        read_golden(*args)

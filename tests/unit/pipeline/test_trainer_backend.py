@@ -92,3 +92,8 @@ def test_a_backend_class_whose_constructor_raises_names_its_own_line():
         load_backend(f"{__name__}:_InitRaises")
     line = inspect.getsourcelines(_InitRaises.__init__)[1] + 1
     assert err.value.detail.endswith(f"does not load: ValueError: init boom (test_trainer_backend.py:{line})")
+
+
+def test_load_backend_refuses_a_spec_that_is_not_a_string():
+    with pytest.raises(ConfigError, match="backend=123: expected a 'module:attr' string"):
+        load_backend(123)  # type: ignore[arg-type]

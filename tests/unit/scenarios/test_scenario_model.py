@@ -97,6 +97,8 @@ def test_training_recipe_maps_a_uniform_scenario_and_refuses_the_rest():
         ({"faults": [{"kind": "http_500", "step": 2}]}, "faults[0].step=2 is outside steps=1"),
         ({"faults": [{"kind": "http_500", "index": 2}]}, "faults[0].index=2 is outside group_size=2"),
         ({"faults": [{"kind": "meteor"}]}, "Input should be 'http_500'"),
+        ({"seed": True}, "seed\n  Input should be a valid integer"),
+        ({"seed": "1"}, "seed\n  Input should be a valid integer"),
         ({"faults": [{"kind": "http_503", "attempts": [0]}]}, "faults.0.attempts.0\n  Input should be greater than or equal to 1"),
         ({"script": {"turns": [{"text": "b", "logprobs": [-1e308, -1.0]}]}}, "logprobs must be finite and >= -3.4028"),
         ({"trainer": {"policy": {"max_total_sequence_length": 10**20}}}, "Input should be less than 2147483648"),

@@ -99,11 +99,13 @@ def test_weights_that_are_not_a_policy_checkpoint_get_422(policy_settings):
     with client_for(policy_settings) as c:
         r = c.post("/weights", content=b"\x80\x02garbage", headers={"content-type": "application/octet-stream"})
         bad_seed = c.post("/weights", json={"seed": -1})
+        typo_seeds = [c.post("/weights", json={"seed": v}).status_code for v in (True, "1", 1.0)]
         version = c.get("/weights").json()["policy_version"]
     assert r.status_code == 422
     assert r.json()["detail"].startswith("body: weights payload does not load")
     assert bad_seed.status_code == 422
     assert bad_seed.json()["detail"][0]["loc"] == ["body", "seed"]
+    assert typo_seeds == [422, 422, 422]  # true, "1" and 1.0 are not seeds (they used to load seed 1)
     assert version == 0
 
 
