@@ -172,12 +172,15 @@ def resolve_scenarios(selectors: Sequence[str]) -> tuple[Any, ...]:
             names.append(sel)
     if names or not selectors:
         chosen += default_catalogue().select(names)
-    seen: set[str] = set()
+    seen: dict[str, Any] = {}
     out = []
     for s in chosen:
         if s.name not in seen:
-            seen.add(s.name)
+            seen[s.name] = s
             out.append(s)
+        elif seen[s.name] != s:  # the same scenario selected twice runs once; two different ones never hide each other
+            raise ConfigError("invalid_argument", f"two different scenarios are named {s.name!r} in {list(selectors)} "
+                                                  "(a file's scenario and a catalogue entry, or two files): rename one")
     return tuple(out)
 
 
