@@ -274,10 +274,14 @@ def _innermost_frame(exc: BaseException) -> str:
     """``file:line in function`` of the frame that raised (the backend's own code, for a backend failure)."""
     import traceback
 
+    import sysconfig
+
     frames = traceback.extract_tb(exc.__traceback__)
     if not frames:
         return "unknown frame"
-    f = frames[-1]
+    # the backend's own frame rather than a library wrapper's (wandb, once imported, wraps sys.exit)
+    installed = tuple(sysconfig.get_paths()[k] for k in ("stdlib", "purelib", "platlib"))
+    f = next((f for f in reversed(frames) if not f.filename.startswith(installed)), frames[-1])
     return f"{Path(f.filename).name}:{f.lineno} in {f.name}"
 
 

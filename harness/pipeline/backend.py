@@ -133,10 +133,15 @@ def _describe(exc: BaseException) -> str:
     else:
         import importlib
 
+        import sysconfig
+
         machinery = (__file__, str(Path(importlib.__file__).parent))  # the loader's frames say nothing to the user
         frames = [f for f in traceback.extract_tb(exc.__traceback__)
                   if not f.filename.startswith("<") and not f.filename.startswith(machinery)]
-        where = f"{Path(frames[-1].filename).name}:{frames[-1].lineno}" if frames else ""
+        # prefer the user's own code to a library's wrapper (wandb, once imported, wraps sys.exit)
+        installed = tuple(sysconfig.get_paths()[k] for k in ("stdlib", "purelib", "platlib"))
+        own = [f for f in frames if not f.filename.startswith(installed)] or frames
+        where = f"{Path(own[-1].filename).name}:{own[-1].lineno}" if own else ""
     return f"{type(exc).__name__}: {text}" + (f" ({where})" if where else "")
 
 
