@@ -86,7 +86,8 @@ def limits_help() -> str:
         files = (f"files up to {_human_bytes(DEFAULT_MAX_INPUT_BYTES)} by default (env {MAX_BYTES_ENV}; its current "
                  f"value is invalid, so commands that read a file exit 2: {exc.detail})")
     return (f"Input limits: {files}, nesting up to {MAX_DEPTH} levels, integers up to {MAX_INT_DIGITS} digits, "
-            "finite numbers only; a file that breaks one exits 2 naming the file, line and field.")
+            "finite numbers only, no key twice in one object; a file that breaks one exits 2 naming the file, line and "
+            "field.")
 
 
 class InputError(ConfigError):
@@ -289,6 +290,29 @@ def _constant(literal: str) -> float:
     raise _NotFinite(literal)
 
 
+class _DuplicateKey(Exception):
+    def __init__(self, key: str) -> None:
+        self.key = key
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object as a dict, refusing a key given twice (`json` would keep the last one silently)."""
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _DuplicateKey(key)
+            seen.add(key)
+    return obj
+
+
+def _second_key_offset(text: str, key: str) -> int:
+    """Offset of the second `"key":` in `text` (where a duplicate most likely is; 0 when not found)."""
+    hits = [m.start() for m in re.finditer(re.escape(json.dumps(key)) + r"\s*:", text)]
+    return hits[1] if len(hits) > 1 else 0
+
+
 def _locate_literal(text: str, literal: str) -> int:
     """Offset of the first `literal` outside strings (0 when not found)."""
     pattern = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|(?<![\w.+-])' + re.escape(literal) + r"(?![\w.])")
@@ -302,11 +326,15 @@ def parse_json(text: str, source: str, *, line_base: int = 0) -> Any:
     """One JSON document; every problem is an `InputError` (lines counted from `line_base` + 1)."""
     scan_json(text, source, line_base=line_base)
     try:
-        return json.loads(text, parse_float=_finite_float, parse_constant=_constant)
+        return json.loads(text, parse_float=_finite_float, parse_constant=_constant, object_pairs_hook=_unique_keys)
     except json.JSONDecodeError as exc:
         # json's messages end in "at" / "starting at" (the position follows): the line and column say where
         msg = re.sub(r"(?: starting)? at$", "", exc.msg)
         raise _problem_at(text, exc.pos, source, f"not valid JSON: {msg}", line_base) from None
+    except _DuplicateKey as exc:
+        raise _problem_at(text, _second_key_offset(text, exc.key), source,
+                          f"duplicate key {exc.key[:60]!r} in one object (JSON would keep only the last)",
+                          line_base) from None
     except _NotFinite as exc:
         raise _problem_at(text, _locate_literal(text, exc.literal), source,
                           f"number {exc.literal[:40]} is not a finite float", line_base) from None

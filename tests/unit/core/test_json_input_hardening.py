@@ -223,3 +223,14 @@ def test_yaml_non_bmp_escapes_merge_keys_and_equal_keys_in_different_mappings_ar
     assert parse_yaml('t: "\\U0001F600 \U0001F600"\n', "s.yaml") == {"t": "\U0001F600 \U0001F600"}
     assert parse_yaml("a: {k: 1}\nb: {k: 2}\n", "s.yaml") == {"a": {"k": 1}, "b": {"k": 2}}
     assert parse_yaml("base: &b {k: 1}\nc:\n  <<: *b\n  j: 2\n", "s.yaml")["c"] == {"k": 1, "j": 2}
+
+
+def test_json_duplicate_keys_are_refused_naming_line_and_object(tmp_path: Path):
+    """`json` keeps the last of two equal keys; a hand-edited manifest or dump line must not win silently."""
+    path = tmp_path / "d.json"
+    path.write_text('{"a": 1,\n "b": {"x": 1, "x": 2}}\n')
+    err = _err(load_json, path)
+    assert (err.line, err.field) == (2, "$.b")
+    assert "duplicate key 'x' in one object" in err.problem
+    lines_err = _err(parse_json_lines, '{"k": 1}\n{"k": 2, "k": 3}\n', "rows.jsonl")
+    assert lines_err.line == 2 and "duplicate key 'k'" in lines_err.problem
