@@ -78,11 +78,11 @@ class _Strict(BaseModel):
 class TurnsGenerator(_Strict):
     """Arguments of `compactsim.agents.scripted_turns`: `turns - 1` tool calls with screenshots, then an answer."""
 
-    turns: int = Field(4, ge=1, le=MAX_TURNS)
-    images_per_observation: int = Field(1, ge=0, le=4)
+    turns: StrictInt = Field(4, ge=1, le=MAX_TURNS)
+    images_per_observation: StrictInt = Field(1, ge=0, le=4)
     image_pattern: Literal["screens", "shapes", "repeated", "reordered"] = "screens"
     reasoning: bool = True
-    tool_output_chars: int = Field(24, ge=0, le=400)
+    tool_output_chars: StrictInt = Field(24, ge=0, le=400)
     final_finish_reason: Literal["stop", "length"] = "stop"
 
     @model_validator(mode="after")
@@ -171,14 +171,14 @@ def _check_compaction(ref: CompactionRef | None) -> CompactionRef | None:
 class RolloutOverride(_Strict):
     """Changes for the rollouts at `index` of one group (`group`) or of every group (`group: null`)."""
 
-    index: int = Field(ge=0, lt=MAX_GROUP_SIZE)
-    group: int | None = Field(None, ge=0, lt=MAX_GROUPS)
+    index: StrictInt = Field(ge=0, lt=MAX_GROUP_SIZE)
+    group: StrictInt | None = Field(None, ge=0, lt=MAX_GROUPS)
     script: ScriptSpec | None = None
     compaction: CompactionRef | None = None
     flavour: Flavour | None = None
     send_required_prefix: bool | None = None
-    max_steps: int | None = Field(None, ge=1)
-    max_output_tokens: int | None = Field(None, ge=1)
+    max_steps: StrictInt | None = Field(None, ge=1)
+    max_output_tokens: StrictInt | None = Field(None, ge=1)
 
     @field_validator("compaction")
     @classmethod
@@ -249,12 +249,12 @@ class FaultRef(_Strict):
     """A mock-server fault switch aimed at scenario rollouts (None selectors match every rollout/turn)."""
 
     kind: FaultKind
-    step: int | None = Field(None, ge=0)
-    group: int | None = Field(None, ge=0)
-    index: int | None = Field(None, ge=0)
-    turn: int | None = Field(None, ge=1)
+    step: StrictInt | None = Field(None, ge=0)
+    group: StrictInt | None = Field(None, ge=0)
+    index: StrictInt | None = Field(None, ge=0)
+    turn: StrictInt | None = Field(None, ge=1)
     #: 1-based attempts of a call the fault fires on (None: every attempt)
-    attempts: tuple[Annotated[int, Field(ge=1)], ...] | None = Field(None, min_length=1)
+    attempts: tuple[Annotated[StrictInt, Field(ge=1)], ...] | None = Field(None, min_length=1)
     endpoint: Literal["any", "chat", "responses"] = "any"
     probability: float = Field(1.0, ge=0.0, le=1.0)
     delay_s: float | None = Field(None, ge=0.0, le=60.0)
@@ -264,9 +264,9 @@ class MutationRef(_Strict):
     """Apply the named `compactsim.scenarios.mutations` mutation to one rollout's Gym result."""
 
     name: str
-    step: int = Field(0, ge=0)
-    group: int = Field(0, ge=0)
-    index: int = Field(0, ge=0)
+    step: StrictInt = Field(0, ge=0)
+    group: StrictInt = Field(0, ge=0)
+    index: StrictInt = Field(0, ge=0)
 
     @field_validator("name")
     @classmethod
@@ -280,9 +280,9 @@ class Corruption(_Strict):
     """A batch-level corruption of one step's results (see `CORRUPTIONS`)."""
 
     kind: CorruptionKind
-    step: int = Field(0, ge=0)
-    group: int = Field(0, ge=0)
-    index: int = Field(0, ge=0)
+    step: StrictInt = Field(0, ge=0)
+    group: StrictInt = Field(0, ge=0)
+    index: StrictInt = Field(0, ge=0)
 
 
 class Expect(_Strict):
@@ -290,7 +290,7 @@ class Expect(_Strict):
 
     verdict: Literal["success", "error"] = "success"
     code: str | None = None
-    turn: int | None = Field(None, ge=1)
+    turn: StrictInt | None = Field(None, ge=1)
 
     @model_validator(mode="after")
     def _consistent(self) -> Expect:
@@ -323,11 +323,11 @@ class Scenario(_Strict):
     tags: tuple[str, ...] = ()
     seed: StrictInt = Field(0, ge=0, lt=2**63)  # strict: `seed: true` or `'1'` is a typo, not seed 1
     #: Prompt groups per step (= grpo.num_prompts_per_step) and rollouts per group (= num_generations_per_prompt).
-    groups: int = Field(1, ge=1, le=MAX_GROUPS)
-    group_size: int = Field(2, ge=1, le=MAX_GROUP_SIZE)
+    groups: StrictInt = Field(1, ge=1, le=MAX_GROUPS)
+    group_size: StrictInt = Field(2, ge=1, le=MAX_GROUP_SIZE)
     #: Task number of each group (one per group; default: group g asks task g). Groups given the same
     #: number share the task (task id and first prompt) but keep distinct group ids.
-    tasks: tuple[Annotated[int, Field(ge=0, lt=MAX_GROUPS)], ...] | None = None
+    tasks: tuple[Annotated[StrictInt, Field(ge=0, lt=MAX_GROUPS)], ...] | None = None
     script: ScriptSpec = ScriptSpec(generate=TurnsGenerator())
     compaction: CompactionRef = "identity"
     flavour: Flavour = "gym-0.7.0-transport"
@@ -335,8 +335,8 @@ class Scenario(_Strict):
     #: completions); "responses" stands for a responses-native server that is passed through.
     endpoint: Literal["responses", "chat"] = "chat"
     send_required_prefix: bool | None = None
-    max_steps: int | None = Field(None, ge=1)
-    max_output_tokens: int | None = Field(None, ge=1)
+    max_steps: StrictInt | None = Field(None, ge=1)
+    max_output_tokens: StrictInt | None = Field(None, ge=1)
     rollouts: tuple[RolloutOverride, ...] = ()
     mode: Mode = "scripted"
     drift: Drift = "none"
@@ -344,14 +344,14 @@ class Scenario(_Strict):
     faults: tuple[FaultRef, ...] = ()
     rewards: RewardsSpec = RewardsSpec(pattern=(1.0, 0.0))
     #: Rollout indices (in every group) whose verify answer sets `mask_sample`.
-    mask_sample: tuple[int, ...] = ()
+    mask_sample: tuple[StrictInt, ...] = ()
     #: Async GRPO only: groups of every step collected right before that step trains, with the
     #: newest weights, while the other groups were collected `max_trajectory_age_steps` ahead; the
     #: batch then mixes policy versions, as NeMo-RL's replay buffer hands out groups of several ages.
-    fresh_groups: tuple[Annotated[int, Field(ge=0, lt=MAX_GROUPS)], ...] = ()
+    fresh_groups: tuple[Annotated[StrictInt, Field(ge=0, lt=MAX_GROUPS)], ...] = ()
     #: `TrainerConfig` overrides (nested), merged over the scenario's defaults (see `trainer_values`).
     trainer: dict[str, Any] = Field(default_factory=dict)
-    steps: int = Field(1, ge=1, le=MAX_STEPS)
+    steps: StrictInt = Field(1, ge=1, le=MAX_STEPS)
     mutation: MutationRef | None = None
     corruption: Corruption | None = None
     expect: Expect = Expect()
