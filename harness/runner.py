@@ -64,6 +64,7 @@ from compactsim.agents.collect.ray_local import RAY_CONNECT_TIMEOUT_S, local_ray
 from compactsim.mock_servers.serving import ServerMode, open_mock_servers
 from compactsim.harness.core.artifacts import encode_step_artifact, meta_to_json
 from compactsim.harness.core.errors import CompactsimError, ConfigError, ContractError
+from compactsim.harness.core.raised import exception_text, raising_frame
 from compactsim.harness.core.training_state import MeasuredStep, snapshot_training_state
 from compactsim.harness.local_pool import cost_hint, run_in_processes
 from compactsim.harness.report.records import RolloutView, ScenarioRecord, SuiteRecord
@@ -258,31 +259,14 @@ def _observed_error(exc: BaseException, step: int, stage: str) -> ObservedError:
     if isinstance(exc, ConfigError) and stage != "result":
         return ObservedError(exc.code, None, None, step, stage, exc.detail)
     what = "returned a malformed result" if stage == "result" else "raised"
-    message = f"{what}: {type(exc).__name__}: {_text_of(exc)[:400]} (at {_innermost_frame(exc)})"
+    message = f"{what}: {type(exc).__name__}: {exception_text(exc)[:400]} (at {_innermost_frame(exc)})"
     return ObservedError(BACKEND_ERROR, None, None, step, "train" if stage == "result" else stage, message)
-
-
-def _text_of(exc: BaseException) -> str:
-    """``str(exc)``, or a stand-in when the backend's exception cannot even be printed."""
-    try:
-        return str(exc)
-    except Exception:  # noqa: BLE001 - a broken __str__ must not replace the backend's failure with ours
-        return f"<{type(exc).__name__} whose str() raised>"
 
 
 def _innermost_frame(exc: BaseException) -> str:
     """``file:line in function`` of the frame that raised (the backend's own code, for a backend failure)."""
-    import traceback
-
-    import sysconfig
-
-    frames = traceback.extract_tb(exc.__traceback__)
-    if not frames:
-        return "unknown frame"
-    # the backend's own frame rather than a library wrapper's (wandb, once imported, wraps sys.exit)
-    installed = tuple(sysconfig.get_paths()[k] for k in ("stdlib", "purelib", "platlib"))
-    f = next((f for f in reversed(frames) if not f.filename.startswith(installed)), frames[-1])
-    return f"{Path(f.filename).name}:{f.lineno} in {f.name}"
+    f = raising_frame(exc)
+    return "unknown frame" if f is None else f"{Path(f.filename).name}:{f.lineno} in {f.name}"
 
 
 def _check_versions(before: int, after: Any, result: Any) -> None:
@@ -603,7 +587,7 @@ def _harness_failure(scenario: Any, options: RunOptions, exc: BaseException, clo
     name = getattr(scenario, "name", str(scenario))
     seed = options.seed if options.seed is not None else getattr(scenario, "seed", 0)
     repro = reproduce_command(name, seed, backend=_backend_flag(options.backend))
-    text = f"{type(exc).__name__}: {_text_of(exc)}"
+    text = f"{type(exc).__name__}: {exception_text(exc)}"
     finding = Finding(scenario=name, step=None, check="run.harness_error", row=None, position=None,
                       expected="a completed run", actual=text[:300], message=text[:500], reproduce=repro)
     expect = getattr(scenario, "expect", None)
@@ -810,11 +794,9 @@ def _saved_options(settings: Any, source: str) -> RunOptions:
     if not isinstance(backend, str):
         raise InputError(source, None, "backend", f"{backend!r}: expected 'module:attr'")
     try:
-        load_backend(backend)
+        load_backend(backend)  # whatever a backend raises while loading comes back as a ConfigError
     except ConfigError as exc:  # names no loadable backend: a setup error, not the backend's finding
         raise InputError(source, None, "backend", exc.detail) from None
-    except Exception:  # noqa: BLE001 - a backend that loads but fails is the run's finding, as `compactsim run` saw it
-        pass
     if device not in ("cpu", "cuda", "auto"):
         raise InputError(source, None, "device", f"{device!r}: expected 'cpu', 'cuda' or 'auto'")
     if device == "cuda":

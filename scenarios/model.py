@@ -53,6 +53,14 @@ Reward = Annotated[float, Field(allow_inf_nan=False, ge=-FLOAT_EXACT_INT, le=FLO
 NAME_PATTERN = re.compile(r"^[a-z0-9][a-z0-9-]{0,79}$")
 TAG_PATTERN = re.compile(r"^[a-z0-9][a-z0-9-]{0,39}$")
 
+
+def check_name(name: str) -> str:
+    """`name` when it is a valid scenario name, else a ValueError saying the rule."""
+    if not NAME_PATTERN.fullmatch(name):
+        raise ValueError(f"name {name[:100]!r}: use lowercase letters, digits and dashes (at most 80 characters)")
+    return name
+
+
 Mode = Literal["scripted", "policy"]
 Drift = Literal["none", "merge", "strip_think"]
 CorruptionKind = Literal["duplicate_rollout", "drop_rollout", "zero_call_capture", "bump_policy_version"]
@@ -366,9 +374,7 @@ class Scenario(_Strict):
     @field_validator("name")
     @classmethod
     def _name(cls, v: str) -> str:
-        if not NAME_PATTERN.match(v):
-            raise ValueError(f"name {v!r}: use lowercase letters, digits and dashes (at most 80 characters)")
-        return v
+        return check_name(v)
 
     @field_validator("purpose")
     @classmethod
@@ -592,6 +598,7 @@ __all__ = [
     "Scenario",
     "ScriptSpec",
     "TurnsGenerator",
+    "check_name",
     "deep_merge",
     "resolve_compaction",
 ]

@@ -327,11 +327,12 @@ def shrink_command(
 
             load_backend(backend)  # an unloadable backend is bad input, not "passes the audit"
         if name is not None:
-            from compactsim.scenarios.model import NAME_PATTERN
+            from compactsim.scenarios.model import check_name
 
-            if not NAME_PATTERN.fullmatch(name):
-                raise ConfigError("invalid_argument", f"--name {name[:100]!r}: a scenario name is 1 to 80 lowercase "
-                                                      "letters, digits and '-', starting with a letter or digit")
+            try:
+                check_name(name)  # before the search, not after it
+            except ValueError as exc:
+                raise ConfigError("invalid_argument", f"--{exc}") from None
         result = shrink(original, RunOptions(backend=backend or DEFAULT_BACKEND), max_examples=max_examples)
         entry = shrunk_entry(result, name=name)
     except CompactsimError as exc:

@@ -405,8 +405,8 @@ def parse_yaml(text: str, source: str) -> Any:
             if digits > MAX_INT_DIGITS:
                 raise InputError(source, mark.line + 1, _format_path(path),
                                  f"integer with {digits} digits; the limit is {MAX_INT_DIGITS}", column=mark.column + 1)
-        elif node.tag == "tag:yaml.org,2002:str" and _SURROGATE.search(node.value):
-            at = _SURROGATE.search(node.value).start()  # type: ignore[union-attr]
+        elif node.tag == "tag:yaml.org,2002:str" and (surrogate := _SURROGATE.search(node.value)):
+            at = surrogate.start()
             raise InputError(source, mark.line + 1, _format_path(path),
                              f"string holds the surrogate U+{ord(node.value[at]):04X} at index {at}; text must be "
                              "valid Unicode (write the character itself, or a \\U escape of 8 hex digits)",

@@ -18,7 +18,14 @@ from compactsim.harness.core.errors import CompactsimError, ConfigError
 from compactsim.harness.core.expectations import ScenarioExpectation
 from compactsim.harness.core.json_input import InputError
 from compactsim.harness.golden.codec import TrainerSettings, expectation_from_document
-from compactsim.harness.golden.manifest import GoldenFiles, Manifest, check_files, check_relative_path, read_manifest
+from compactsim.harness.golden.manifest import (
+    GoldenFiles,
+    Manifest,
+    ScenarioEntry,
+    check_files,
+    check_relative_path,
+    read_manifest,
+)
 from compactsim.harness.golden.routes_field import RoutesFieldError, parse_routes
 from compactsim.harness.golden.schema import first_error
 
@@ -143,7 +150,7 @@ def _check_spans(files: GoldenFiles, path: str, line: int, row: Mapping[str, Any
 
 
 def _check_consistent(source: str, document: Mapping[str, Any], rows: Mapping[int, list[dict[str, Any]]],
-                      entry: Any | None) -> None:
+                      entry: ScenarioEntry | None) -> None:
     """What the schemas cannot say: the expectation agrees with itself, its rows files and the manifest entry.
 
     A golden edited by hand (and its digests recomputed) could otherwise renumber a step so that no
@@ -178,7 +185,7 @@ def _check_consistent(source: str, document: Mapping[str, Any], rows: Mapping[in
                              f"expectation.json has {document['verdict']!r}, {len(steps)}, {document['error']}")
 
 
-def read_scenario(files: GoldenFiles, name: str, entry: Any | None = None) -> GoldenScenario:
+def read_scenario(files: GoldenFiles, name: str, entry: ScenarioEntry | None = None) -> GoldenScenario:
     """Scenario `name` of a checked golden directory, every file it reads listed in the manifest."""
     base = f"scenarios/{name}"
     path = f"{base}/expectation.json"

@@ -22,6 +22,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from compactsim.harness.core.batch import TraceBatch
 from compactsim.harness.core.errors import ConfigError
+from compactsim.harness.core.raised import exception_text, raising_frame
 from compactsim.harness.core.trace_plan import TracePlan
 from compactsim.harness.pipeline.materializer import materialize as _materialize
 from compactsim.harness.pipeline.planner import plan_rollout
@@ -121,28 +122,13 @@ def load_backend(spec: str) -> Backend:
 
 
 def _describe(exc: BaseException) -> str:
-    """``Type: message (file:line)`` of an exception raised by a backend's own module, where it was raised."""
-    import traceback
+    """``Type: message (file:line)`` of an exception raised while loading a backend, where the user's code raised it."""
+    import importlib
 
-    try:
-        text = exc.msg if isinstance(exc, SyntaxError) else str(exc)
-    except Exception:  # noqa: BLE001 - a broken __str__ must not hide the failure
-        text = "<str() raised>"
-    if isinstance(exc, SyntaxError) and exc.filename:
-        where = f"{Path(exc.filename).name}:{exc.lineno}"
-    else:
-        import importlib
-
-        import sysconfig
-
-        machinery = (__file__, str(Path(importlib.__file__).parent))  # the loader's frames say nothing to the user
-        frames = [f for f in traceback.extract_tb(exc.__traceback__)
-                  if not f.filename.startswith("<") and not f.filename.startswith(machinery)]
-        # prefer the user's own code to a library's wrapper (wandb, once imported, wraps sys.exit)
-        installed = tuple(sysconfig.get_paths()[k] for k in ("stdlib", "purelib", "platlib"))
-        own = [f for f in frames if not f.filename.startswith(installed)] or frames
-        where = f"{Path(own[-1].filename).name}:{own[-1].lineno}" if own else ""
-    return f"{type(exc).__name__}: {text}" + (f" ({where})" if where else "")
+    loader = (__file__, str(Path(importlib.__file__).parent))  # the import machinery's frames say nothing to the user
+    frame = raising_frame(exc, skip=loader)
+    where = "" if frame is None else f" ({Path(frame.filename).name}:{frame.lineno})"
+    return f"{type(exc).__name__}: {exception_text(exc)}{where}"
 
 
 __all__ = ["Backend", "ReferenceBackend", "load_backend"]

@@ -57,7 +57,7 @@ def test_reduce_scenario_cuts_explicit_turns_keeping_the_final_answer(generated:
 
 @pytest.mark.parametrize(("args", "says"), [
     (["--backend", "nonexistent_backend_module:X"], "does not load: ModuleNotFoundError"),
-    (["--name", "Bad Name!"], "--name 'Bad Name!': a scenario name is"),
+    (["--name", "Bad Name!"], "--name 'Bad Name!': use lowercase letters, digits and dashes"),
 ])
 def test_shrink_refuses_bad_options_before_searching(tmp_path, args, says):
     """An unloadable backend is not "passes the audit", and a bad --name fails before minutes of search."""
