@@ -9,12 +9,11 @@ so that the targeted rule, not the digest check, is what fires.
 from __future__ import annotations
 
 import copy
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from compactsim.harness.core.digests import generation_evidence_digest
+from compactsim.harness.core.digests import GYM_MEDIA_ID, generation_evidence_digest
 from compactsim.harness.core.errors import ContractCode
 
 Payload = dict[str, Any]
@@ -153,17 +152,12 @@ def _two_assets(resp: Payload) -> tuple[str, str]:
     return seen[0], seen[1]
 
 
-#: Gym's content-addressed media id, ``"media-" + content_digest[:24]`` (gym-contract §2.4): the only
-#: form that makes a claim about the pixels (opaque ids name an image without describing it).
-_CONTENT_ADDRESSED = re.compile(r"media-[0-9a-f]{24}")
-
-
 @_mutating
 def swap_image_pixels(resp: Payload) -> None:
     """The first image's pixels are another image's, its media id and content_digest kept (a swapped screenshot)."""
     first, other = _two_assets(resp)
     assets = resp["media_assets"]
-    if not _CONTENT_ADDRESSED.fullmatch(first):
+    if not GYM_MEDIA_ID.fullmatch(first):
         raise MutationNotApplicable(f"media id {first!r} is opaque: it makes no claim about its pixels")
     if assets[first]["source_part"] == assets[other]["source_part"]:
         raise MutationNotApplicable("the two images are the same")

@@ -4,10 +4,16 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 from compactsim.harness.core.errors import ContractError
+
+#: Gym's content-addressed media id: "media-" + the first 24 hex digits of the content digest
+#: (gym-contract §2.4). Only this form claims its content (digest, id and dimensions can be checked);
+#: any other id is opaque.
+GYM_MEDIA_ID = re.compile(r"media-[0-9a-f]{24}")
 
 #: Deepest container nesting an untrusted value may have before it is digested. Gym's parts are
 #: 2-3 levels deep; the cap turns a hostile 100k-deep value into a typed error up front.
@@ -144,6 +150,7 @@ def bytes_digest(data: bytes) -> str:
 
 
 __all__ = [
+    "GYM_MEDIA_ID",
     "EvidenceDigestChain",
     "bytes_digest",
     "canonical_digest",

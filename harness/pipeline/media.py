@@ -7,20 +7,17 @@ only from the asset's inline `source_part` data URL (never a path or a network U
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
 
+from compactsim.harness.core.digests import GYM_MEDIA_ID
 from compactsim.harness.core.errors import ContractError
 from compactsim.harness.core.evidence import RolloutEvidence
 from compactsim.harness.core.images import MAX_IMAGE_BYTES, MAX_IMAGE_PIXELS, decode_data_url
 
 
-#: Gym's content-addressed media id: "media-" + the first 24 hex digits of the content digest
-#: (gym-contract §2.4). Such an asset claims its content: digest, id and dimensions are checked.
-GYM_MEDIA_ID = re.compile(r"media-[0-9a-f]{24}")
 
 
 def source_url(source_part: Mapping[str, Any]) -> str | None:
