@@ -16,13 +16,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from compactsim.harness.core.contract import INT32_LIMIT  # counts and lengths size and index torch tensors
 from compactsim.harness.core.errors import ConfigError
 from compactsim.harness.pipeline.loss import LossConfig
 
 _STRICT = ConfigDict(extra="forbid", frozen=True)
-
-#: Every count and length the trainer reads fits int32 (they size and index torch tensors).
-INT32 = 2**31
 
 
 class AsyncGRPOConfig(BaseModel):
@@ -32,7 +30,7 @@ class AsyncGRPOConfig(BaseModel):
 
     enabled: bool = False
     #: Oldest generation version still trainable, in optimizer steps behind the current one.
-    max_trajectory_age_steps: int = Field(1, ge=0, lt=INT32)
+    max_trajectory_age_steps: int = Field(1, ge=0, lt=INT32_LIMIT)
     #: Push weights while generations are in flight (a rollout could then span versions).
     in_flight_weight_updates: bool = False
     recompute_kv_cache_after_weight_updates: bool = False
@@ -43,9 +41,9 @@ class GRPOConfig(BaseModel):
 
     model_config = _STRICT
 
-    num_prompts_per_step: int = Field(2, ge=1, lt=INT32)
-    num_generations_per_prompt: int = Field(4, ge=1, lt=INT32)
-    max_num_steps: int = Field(20, ge=1, lt=INT32)
+    num_prompts_per_step: int = Field(2, ge=1, lt=INT32_LIMIT)
+    num_generations_per_prompt: int = Field(4, ge=1, lt=INT32_LIMIT)
+    max_num_steps: int = Field(20, ge=1, lt=INT32_LIMIT)
     seed: int = Field(42, ge=0, lt=2**63)
     normalize_rewards: bool = True
     use_leave_one_out_baseline: bool = True
@@ -68,12 +66,12 @@ class PolicyConfig(BaseModel):
 
     model_config = _STRICT
 
-    train_global_batch_size: int = Field(8, ge=1, lt=INT32)
-    train_micro_batch_size: int = Field(1, ge=1, lt=INT32)
-    dp_size: int = Field(1, ge=1, lt=INT32)
-    make_sequence_length_divisible_by: int = Field(1, ge=1, lt=INT32)
-    max_total_sequence_length: int = Field(4096, ge=1, lt=INT32)
-    pad_token_id: int = Field(0, ge=0, lt=INT32)
+    train_global_batch_size: int = Field(8, ge=1, lt=INT32_LIMIT)
+    train_micro_batch_size: int = Field(1, ge=1, lt=INT32_LIMIT)
+    dp_size: int = Field(1, ge=1, lt=INT32_LIMIT)
+    make_sequence_length_divisible_by: int = Field(1, ge=1, lt=INT32_LIMIT)
+    max_total_sequence_length: int = Field(4096, ge=1, lt=INT32_LIMIT)
+    pad_token_id: int = Field(0, ge=0, lt=INT32_LIMIT)
     precision: Literal["float32", "float64", "bfloat16"] = "float32"
     #: dtype of the materialised logprob/advantage/mask tensors.
     logprob_dtype: Literal["float32", "float64"] = "float32"
@@ -83,7 +81,7 @@ class PolicyConfig(BaseModel):
     learning_rate: float = Field(1e-3, gt=0.0)
     weight_decay: float = Field(0.0, ge=0.0)
     max_grad_norm: float | None = 1.0
-    lr_warmup_steps: int = Field(0, ge=0, lt=INT32)
+    lr_warmup_steps: int = Field(0, ge=0, lt=INT32_LIMIT)
 
 
 class TrainerConfig(BaseModel):
@@ -131,7 +129,7 @@ class AdvantageConfig(BaseModel):
     advantage_clip_low: float | None = None
     advantage_clip_high: float | None = None
     #: When set, every group must hold exactly this many rollouts.
-    num_generations_per_prompt: int | None = Field(None, ge=1, lt=INT32)
+    num_generations_per_prompt: int | None = Field(None, ge=1, lt=INT32_LIMIT)
 
 
 class MaterializeConfig(BaseModel):
@@ -139,12 +137,12 @@ class MaterializeConfig(BaseModel):
 
     model_config = _STRICT
 
-    dp_size: int = Field(1, ge=1, lt=INT32)
-    micro_batch_size: int = Field(1, ge=1, lt=INT32)
-    make_sequence_length_divisible_by: int = Field(1, ge=1, lt=INT32)
+    dp_size: int = Field(1, ge=1, lt=INT32_LIMIT)
+    micro_batch_size: int = Field(1, ge=1, lt=INT32_LIMIT)
+    make_sequence_length_divisible_by: int = Field(1, ge=1, lt=INT32_LIMIT)
     #: When set, every group must hold exactly this many rollouts.
-    num_generations_per_prompt: int | None = Field(None, ge=1, lt=INT32)
-    pad_token_id: int = Field(0, ge=0, lt=INT32)
+    num_generations_per_prompt: int | None = Field(None, ge=1, lt=INT32_LIMIT)
+    pad_token_id: int = Field(0, ge=0, lt=INT32_LIMIT)
     logprob_dtype: Literal["float32", "float64"] = "float32"
     #: Async GRPO: groups of different generation versions may share a batch (with IS correction).
     async_mode: bool = False
