@@ -50,7 +50,7 @@ CHECKS: dict[str, str] = {
     "counts.optimizer": "Not exactly one optimizer step per logical batch.",
     "counts.scheduler": "Not exactly one LR-scheduler increment per logical batch.",
     "counts.reported": "The backend reports step counts that differ from what the harness measured of its state.",
-    "train.lr": "The optimizer stepped with (or reported) another learning rate than the schedule gives.",
+    "train.lr": "The optimizer stepped with (or reported) another learning rate than the schedule gives, read from its param groups or from the update itself.",
     "train.loss": "The reported loss differs from the oracle's clipped-PG loss of the expected rows.",
     "train.grad_norm": "The reported gradient norm (before clipping) differs from the oracle's.",
     "train.gradient": "The gradient the optimizer applied (read from AdamW's first moment) differs from the oracle's "

@@ -61,6 +61,8 @@ def check_step_quantities(
     if not close(lr, truth.lr, 0.0, tol.lr_rtol):
         out.append(report("train.lr", f"the optimizer stepped with learning rate {lr!r} (read from its param "
                           f"groups); the schedule gives {truth.lr!r} at step {truth.step}", expected=truth.lr, actual=lr))
+    else:
+        out += check_applied_lr(report, truth, measured, tol)
     for key, want, atol, rtol, what in (
         (M.LR, truth.lr, 0.0, tol.lr_rtol, "learning rate"),
         ("loss", truth.loss, tol.loss_atol, tol.loss_rtol, "loss"),
@@ -74,6 +76,27 @@ def check_step_quantities(
                               f"{what} {got!r}; the oracle computes {want!r} (|diff| {abs(got - want):.3g})",
                               expected=want, actual=got))
     return out
+
+
+def check_applied_lr(report: Reporter, truth: StepTruth, measured: MeasuredStep, tol: Tolerances) -> list[Finding]:
+    """The rate the update itself used (`MeasuredStep.applied_lr`) is the schedule's.
+
+    The param groups before the step can hold the right rate while the update uses another: a
+    scheduler stepped before the optimizer, or a rate set by hand inside the step and put back.
+    Only the weights tell; the finding names the rate they show and, when it is the one the param
+    groups hold after the step, that the scheduler moved first.
+    """
+    applied = measured.applied_lr()
+    if applied is None or abs(applied.lr - truth.lr) <= applied.bound + tol.lr_rtol * abs(truth.lr):
+        return []
+    later = measured.after.lrs[0] if measured.after.lrs else math.nan
+    hint = ""
+    if abs(applied.lr - later) <= applied.bound + tol.lr_rtol * abs(later):
+        hint = (f": the rate the param groups hold after the step ({later!r}), so the scheduler stepped before the "
+                "optimizer")
+    return [report("train.lr", f"the update moved the weights by AdamW's step at learning rate {applied.lr:.10g} "
+                   f"(±{applied.bound:.2g}, measured from the weights and moments before and after it){hint}; the "
+                   f"schedule gives {truth.lr!r} at step {truth.step}", expected=truth.lr, actual=applied.lr)]
 
 
 #: Loss metrics a backend may report, each compared with the oracle's value when present:
@@ -301,6 +324,7 @@ __all__ = [
     "REPORTED_LOSS_METRICS",
     "UNAUDITED_METRICS",
     "UNAUDITED_PREFIXES",
+    "check_applied_lr",
     "check_continuity",
     "check_counts_measured",
     "check_gradient",

@@ -13,6 +13,7 @@ scheduler), so no pipeline type is imported here.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -42,6 +43,10 @@ class TrainingSnapshot:
     second_moments: Mapping[str, torch.Tensor] | None = field(default=None, repr=False)
     #: Parameter name → (β1, β2 of its parameter group, machine epsilon of the dtype its moments are stored in).
     moment_settings: Mapping[str, tuple[float, float, float]] = field(default_factory=dict, repr=False)
+    #: Parameter name → (Adam's ε, decoupled weight decay λ: AdamW's, or 0 for Adam's L2 decay, which is
+    #: inside the gradient) of its parameter group; None unless every group is a plain Adam/AdamW update
+    #: (no amsgrad, no maximize), the only rule whose learning rate `MeasuredStep.applied_lr` can read back.
+    update_rule: Mapping[str, tuple[float, float]] | None = field(default=None, repr=False)
 
 
 def _step_count(state: Mapping[str, Any]) -> int:
@@ -94,6 +99,22 @@ def _moments(
     return first, second, settings
 
 
+def _update_rule(named: list[tuple[str, torch.Tensor]], optimizer: Any) -> dict[str, tuple[float, float]] | None:
+    """Each parameter's (Adam ε, decoupled weight decay) from its group, or None for any other update rule."""
+    rule_of: dict[int, tuple[float, float]] = {}
+    for group in optimizer.param_groups:
+        eps, decay = group.get("eps"), group.get("weight_decay", 0.0)
+        decoupled = group.get("decoupled_weight_decay", isinstance(optimizer, torch.optim.AdamW))
+        if group.get("amsgrad") or group.get("maximize") or not isinstance(eps, float | int) \
+                or not isinstance(decay, float | int):
+            return None
+        for p in group["params"]:
+            rule_of[id(p)] = (float(eps), float(decay) if decoupled else 0.0)
+    if any(id(p) not in rule_of for _, p in named):
+        return None
+    return {name: rule_of[id(p)] for name, p in named}
+
+
 def snapshot_training_state(policy: Any, optimizer: Any, scheduler: Any) -> TrainingSnapshot:
     """Read the weights, learning rates, counters and moments of a live training state (copies; nothing is changed)."""
     policy = _unwrapped(policy)
@@ -111,7 +132,17 @@ def snapshot_training_state(policy: Any, optimizer: Any, scheduler: Any) -> Trai
         first_moments=first,
         second_moments=second,
         moment_settings=moment_settings,
+        update_rule=_update_rule(named, optimizer) if first is not None else None,
     )
+
+
+@dataclass(frozen=True, slots=True)
+class AppliedRate:
+    """The learning rate one Adam/AdamW update used, read back from the state it changed (`MeasuredStep.applied_lr`)."""
+
+    lr: float
+    #: The rate is known to ±`bound`: the weights' and moments' rounding, carried through the fit.
+    bound: float
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -166,6 +197,58 @@ class MeasuredStep:
             out[name] = (g, err)
         return out
 
+    def applied_lr(self) -> AppliedRate | None:
+        """The learning rate the update used, measured from the weights and moments; None when unreadable.
+
+        One Adam/AdamW step moves every weight along a direction the harness can rebuild from the state
+        the step left (the update `torch.optim.AdamW` documents, step ``t``, bias corrections
+        ``bc1 = 1 − β1^t``, ``bc2 = 1 − β2^t``)::
+
+            p_after − p_before = −lr · u,   u = λ·p_before + (m_after / bc1) / (sqrt(v_after) / sqrt(bc2) + ε)
+
+        so the least-squares fit ``lr = −Σ Δ·u / Σ u²`` gives the rate back, whatever the param groups
+        said before or after the step (a scheduler stepped before the optimizer changes the rate in
+        between). Rounding: each weight is off by at most ``eps·(|p_after| + |p_before|)`` plus
+        ``4·eps·lr·|Adam term|`` (eps of the moments' dtype, taken generously), which bounds the fitted
+        rate by ``Σ e·|u| / Σ u²``. None unless the step took one update of a plain Adam/AdamW rule
+        (`TrainingSnapshot.update_rule`), some weight was meant to move, and one rate explains every
+        weight to within that rounding (``‖residual‖ ≤ 2‖e‖``): an update of another shape (L2 decay
+        applied by hand, a frozen parameter, a wrong ε) has no single rate, and `train.update` names it.
+        """
+        rule, m_after, v_after = self.after.update_rule, self.after.first_moments, self.after.second_moments
+        names = set(self.after.weights)
+        if rule is None or m_after is None or v_after is None or self.optimizer_steps != 1 or self.optimizer_steps_uneven \
+                or not names or set(rule) != names or set(m_after) != names or set(v_after) != names \
+                or set(self.before.weights) != names:
+            return None
+        t = self.after.optimizer_step_max
+        parts: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, float]] = []  # (Δ, u, |Adam term|, |a|+|b|, eps)
+        dot = norm2 = 0.0
+        for name in sorted(names):
+            beta1, beta2, eps = self.after.moment_settings[name]
+            adam_eps, decay = rule[name]
+            before, after = self.before.weights[name], self.after.weights[name]
+            if before.shape != after.shape or not (0.0 <= beta1 < 1.0 and 0.0 <= beta2 < 1.0):
+                return None
+            adam = (m_after[name] / (1.0 - beta1**t)) / (v_after[name].sqrt() / math.sqrt(1.0 - beta2**t) + adam_eps)
+            u = decay * before + adam
+            delta = after - before
+            dot += float((delta * u).sum())
+            norm2 += float((u * u).sum())
+            parts.append((delta, u, adam.abs(), after.abs() + before.abs(), eps))
+        if not norm2 > 0.0 or not math.isfinite(norm2) or not math.isfinite(dot):
+            return None
+        lr = -dot / norm2
+        residual2 = error2 = spread = 0.0
+        for delta, u, adam, magnitude, eps in parts:
+            e = eps * magnitude + 4.0 * eps * abs(lr) * adam
+            residual2 += float(((delta + lr * u) ** 2).sum())
+            error2 += float((e * e).sum())
+            spread += float((e * u.abs()).sum())
+        if math.sqrt(residual2) > 2.0 * math.sqrt(error2):
+            return None
+        return AppliedRate(lr=lr, bound=spread / norm2)
+
     def moments_agree(self) -> bool | None:
         """Whether AdamW's two moments moved by one update with the same gradient, or None when unreadable.
 
@@ -190,4 +273,4 @@ class MeasuredStep:
         return True
 
 
-__all__ = ["MeasuredStep", "TrainingSnapshot", "snapshot_training_state"]
+__all__ = ["AppliedRate", "MeasuredStep", "TrainingSnapshot", "snapshot_training_state"]

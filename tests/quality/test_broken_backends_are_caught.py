@@ -48,6 +48,7 @@ BROKEN = (
     "route_less_calls_backfilled_with_zero",
     "zero_advantage_microbatch_skipped",
     "mask_sample_keeps_kl",
+    "scheduler_before_optimizer",
 )
 #: Backends that train right but report one loss metric wrong: `train.metric` must name `EXPECTED_KEY`.
 MISREPORTING = (
