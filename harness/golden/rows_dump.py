@@ -390,8 +390,48 @@ def metrics_line(scenario: str, step: int, metrics: Mapping[str, Any]) -> dict[s
 
 
 def format_dump(lines: Sequence[Mapping[str, Any]]) -> str:
-    """JSON lines text of rows-dump (or metrics-dump) lines: one compact object per line."""
-    return "".join(json.dumps(dict(line), separators=(",", ":")) + "\n" for line in lines)
+    """JSON lines text of rows-dump (or metrics-dump) lines: one compact object per line.
+
+    JSON has no NaN or infinity, and the readers refuse Python's ``NaN``/``Infinity`` spellings; so a
+    metrics-dump line's non-finite metric is written as the reader's ``"nan"``/``"inf"``/``"-inf"``
+    (as `metrics_line` writes it), and a non-finite number anywhere else raises `RowsDumpError`
+    naming the line and field, instead of text that no reader accepts.
+    """
+    out: list[str] = []
+    for i, line in enumerate(lines, start=1):
+        obj = dict(line)
+        metrics = obj.get("metrics")
+        if isinstance(metrics, Mapping):
+            obj["metrics"] = {k: _finite_or_name(v) for k, v in metrics.items()}
+        bad = _non_finite_path(obj)
+        if bad is not None:
+            raise RowsDumpError("<format_dump>", i, bad, "is not a finite number; a dump's JSON has no NaN or "
+                                "infinity (only a metrics line's metrics may be non-finite, written as \"nan\", "
+                                "\"inf\" or \"-inf\")")
+        out.append(json.dumps(obj, separators=(",", ":"), allow_nan=False) + "\n")
+    return "".join(out)
+
+
+def _finite_or_name(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    return value
+
+
+def _non_finite_path(obj: Any) -> str | None:
+    """The dotted path of the first non-finite float in `obj` (document order), or None."""
+    stack: list[tuple[Any, str]] = [(obj, "")]
+    while stack:
+        node, path = stack.pop()
+        if isinstance(node, float) and not math.isfinite(node):
+            return path or "line"
+        children: list[tuple[Any, str]] = []
+        if isinstance(node, Mapping):
+            children = [(v, f"{path}.{k}" if path else str(k)) for k, v in node.items()]
+        elif isinstance(node, list | tuple):
+            children = [(v, f"{path}[{j}]") for j, v in enumerate(node)]
+        stack.extend(reversed(children))
+    return None
 
 
 __all__ = [

@@ -334,3 +334,17 @@ def test_integral_floats_read_as_the_integers_json_schema_says_they_are():
     b = parse_rows_dump(json.dumps(as_floats) + "\n", source="b.jsonl").rows[0]
     assert (b.step, b.parent_index, b.input_ids.tolist()) == (a.step, a.parent_index, a.input_ids.tolist())
     assert type(b.step) is int and b.input_ids.dtype == a.input_ids.dtype
+
+
+def test_format_dump_writes_a_metrics_lines_non_finite_values_as_the_reader_reads_them():
+    text = format_dump([{"scenario": "s", "step": 0, "metrics": {"a": math.nan, "b": -math.inf, "c": 1.5}}])
+    assert text == '{"scenario":"s","step":0,"metrics":{"a":"nan","b":"-inf","c":1.5}}\n'
+    values = parse_metrics_dump(text).get("s", 0)
+    assert math.isnan(values["a"]) and values["b"] == -math.inf and values["c"] == 1.5
+
+
+def test_format_dump_refuses_a_non_finite_number_outside_metrics_naming_line_and_field():
+    with pytest.raises(RowsDumpError) as info:
+        format_dump([{"a": 1}, {"rows": [{"logprobs": [0.0, math.inf]}]}])
+    assert (info.value.line, info.value.field) == (2, "rows[0].logprobs[1]")
+    assert "not a finite number" in str(info.value)
