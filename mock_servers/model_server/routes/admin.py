@@ -20,7 +20,10 @@ router = APIRouter(tags=["admin"])
 
 @router.get("/health")
 async def health(state: Annotated[ServerState, Depends(get_state)]) -> Response:
-    return json_response({"status": "ok", "mode": state.settings.mode, "policy_version": state.engine.policy_version})
+    """``request_log_file`` (null without ``request_log_path``) says whether the file mirror holds every entry:
+    the server keeps serving when appends fail, so this is where that failure shows."""
+    return json_response({"status": "ok", "mode": state.settings.mode, "policy_version": state.engine.policy_version,
+                          "request_log_file": state.log.file_status()})
 
 
 @router.get("/v1/models")
@@ -61,7 +64,8 @@ async def load_weights(request: Request, state: Annotated[ServerState, Depends(g
 
 @router.get("/request_log")
 async def request_log(state: Annotated[ServerState, Depends(get_state)]) -> Response:
-    return json_response({"entries": [asdict(e) for e in state.log.entries()]})
+    """The entries in memory; an entry that could not be appended to the file carries its ``file_error``."""
+    return json_response({"entries": [asdict(e) for e in state.log.entries()], "file": state.log.file_status()})
 
 
 __all__ = ["router"]

@@ -110,7 +110,8 @@ def test_required_prefix_longer_than_the_prompt_is_rejected(scripted_settings):
 
 def test_models_and_health_report_policy_version(scripted_settings):
     with client_for(scripted_settings) as c:
-        assert c.get("/health").json() == {"status": "ok", "mode": "scripted", "policy_version": 0}
+        assert c.get("/health").json() == {"status": "ok", "mode": "scripted", "policy_version": 0,
+                                           "request_log_file": None}
         models = c.get("/v1/models").json()
     assert models["data"][0]["id"] == "compactsim-tiny-moe"
     assert models["data"][0]["policy_version"] == 0
@@ -234,7 +235,7 @@ def test_request_log_records_request_and_response_digests(scripted_settings):
         "response_digest": hashlib.sha256(r.content).hexdigest(), "policy_version": 0, "rollout_id": "r1", "turn": 3,
         "faults": [], "prompt_tokens": len(body and ct.render_chat(body["messages"]).token_ids),
         "generated_tokens": len(r.json()["choices"][0]["token_ids"]), "detail": None,
-        "attempt": 1, "key_source": "rollout=metadata turn=metadata attempt=derived",
+        "attempt": 1, "key_source": "rollout=metadata turn=metadata attempt=derived", "file_error": None,
     }]
 
 
