@@ -5,7 +5,8 @@ body, response start, each body chunk): about eight blocking hops per request, e
 write and a wake-up that fight the GIL. Collection spent most of its server share there. This
 transport hands the whole request to a private loop in a daemon thread at once
 (`httpx.ASGITransport` inside it), reads the body there and returns a finished response: one hop.
-The handlers run inline on that loop (`OFFLOAD_HANDLERS` off): it serves this client alone.
+The handlers run inline on that loop (`OFFLOAD_HANDLERS` off): it serves this client alone; the
+body is complete in memory before the app runs, so no body deadline applies (`BODY_IN_MEMORY`).
 
 Exceptions raised by the app (an `httpx.ReadTimeout` from `DeadlineApp` included) propagate to
 the caller as they do with `TestClient`.
@@ -18,7 +19,7 @@ from typing import Any
 
 import httpx
 
-from compactsim.mock_servers.limits import OFFLOAD_HANDLERS
+from compactsim.mock_servers.limits import BODY_IN_MEMORY, OFFLOAD_HANDLERS
 from compactsim.mock_servers.loop_thread import LoopThread
 
 
@@ -32,6 +33,7 @@ class InProcessTransport(httpx.BaseTransport):
 
     async def _handle(self, request: httpx.Request) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
         OFFLOAD_HANDLERS.set(False)  # this task's context only: handlers run inline on this loop
+        BODY_IN_MEMORY.set(True)  # `request.read()` ran before this hop: no client can stall the body
         response = await self._asgi.handle_async_request(request)
         # the bytes as sent (still encoded): the client decodes `content-encoding` itself
         body = b"".join([chunk async for chunk in response.stream])  # type: ignore[union-attr]

@@ -9,8 +9,10 @@ a 500, and never a dropped keep-alive connection:
   those with `ValueError` / `RecursionError`).
 - `BodyLimitMiddleware` answers 413 for a body over its cap after draining what the client
   sends (bounded), so the client reads the answer instead of a reset and the connection stays
-  usable; `ErrorGuardMiddleware` turns a server bug into a JSON 500 without closing the
-  connection.
+  usable; and 408 (closing the connection) for a body that does not complete within its
+  deadline, so a client that declares more bytes than it sends, or stops mid-body, cannot hold
+  a connection and a handler forever. `ErrorGuardMiddleware` turns a server bug into a JSON 500
+  without closing the connection.
 - `run_off_loop` runs a handler coroutine (parsing, rendering, generation, serialisation) on a
   shared worker thread with its own event loop, so `/health` and other requests stay responsive while
   a large request is being worked on; cancelling the caller cancels the coroutine.
@@ -232,7 +234,10 @@ def _json_bytes(obj: Any) -> bytes:
 
 async def send_json(send: Send, status: int, obj: Any, *, close: bool = False) -> None:
     """A complete JSON answer sent straight over ASGI (`close`: ask the client not to reuse the connection)."""
-    body = _json_bytes(obj)
+    await _send_body(send, status, _json_bytes(obj), close=close)
+
+
+async def _send_body(send: Send, status: int, body: bytes, *, close: bool) -> None:
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     if close:
         headers.append((b"connection", b"close"))
@@ -246,20 +251,60 @@ class _TooLarge(Exception):
         self.seen = seen
 
 
+class _BodyTimedOut(Exception):
+    def __init__(self, seen: int) -> None:
+        super().__init__(seen)
+        self.seen = seen
+
+
+#: False unless an in-process transport serves the request: its body is complete in memory before
+#: the app runs, so no client can stall it and `BodyLimitMiddleware` sets no body deadline at all.
+BODY_IN_MEMORY: contextvars.ContextVar[bool] = contextvars.ContextVar("compactsim_body_in_memory", default=False)
+
+#: Told of each 408 before it is sent: (request path, the body bytes that did arrive, the answer's
+#: JSON object, the answer's bytes as sent), so a server can log the refusal like its others.
+BodyTimeoutHook = Callable[[str, bytes, dict[str, Any], bytes], None]
+
+
+async def _receive_by(receive: Receive, deadline: float | None) -> Message | None:
+    """The next ASGI message, or None when `deadline` (event-loop time, monotonic) passes first."""
+    if deadline is None:
+        return await receive()
+    try:
+        async with asyncio.timeout_at(deadline):
+            return await receive()
+    except TimeoutError:
+        return None
+
+
 class BodyLimitMiddleware:
-    """413 for a body over its cap (declared or streamed), naming the limit; per-path caps override.
+    """413 for a body over its cap (declared or streamed), naming the limit; per-path caps override;
+    408 for a body that is not complete `body_timeout_s` after the request's headers arrived.
 
     The rest of an oversized body is read and discarded (up to `drain_factor` × the cap) before
     answering, so the client gets the 413 rather than a reset while it is still writing, and the
     keep-alive connection stays usable; past that bound the answer asks the client to close.
+
+    The body deadline exists because the ASGI server waits for a declared body without limit: a
+    client that sends fewer bytes than its ``Content-Length`` (or stops mid-body) would hold the
+    connection and the handler forever. Past the deadline the answer is 408
+    ``{"detail", "limit": "body_timeout_s", "field": "body"}`` with ``connection: close`` (the
+    rest of the body may still be on its way, so the connection cannot be reused); `on_body_timeout`
+    hears of it first. It also bounds the drain before a 413. The deadline is the only
+    clock-dependent decision: every answer sent before it is unchanged, and a transport that
+    holds the whole body in memory (`BODY_IN_MEMORY`) gets no timer at all.
     """
 
     def __init__(self, app: ASGIApp, *, max_body_bytes: int, path_caps: dict[str, tuple[str, int]] | None = None,
-                 limit_name: str = "max_body_bytes", drain_factor: int = 4) -> None:
+                 limit_name: str = "max_body_bytes", drain_factor: int = 4, body_timeout_s: float | None = None,
+                 timeout_name: str = "body_timeout_s", on_body_timeout: BodyTimeoutHook | None = None) -> None:
         self.app = app
         self.default = (limit_name, max_body_bytes)
         self.path_caps = dict(path_caps or {})
         self.drain_factor = drain_factor
+        self.body_timeout_s = body_timeout_s
+        self.timeout_name = timeout_name
+        self.on_body_timeout = on_body_timeout
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -267,19 +312,34 @@ class BodyLimitMiddleware:
             return
         name, cap = self.path_caps.get(scope.get("path", ""), self.default)
         declared = _content_length(scope)
+        deadline = None
+        if self.body_timeout_s is not None and not BODY_IN_MEMORY.get():
+            deadline = asyncio.get_running_loop().time() + self.body_timeout_s
         if declared is not None and declared > cap:
-            await self._reject(receive, send, name, cap, declared, seen=0, done=False)
+            await self._reject(receive, send, name, cap, declared, seen=0, done=False, deadline=deadline)
             return
         seen = 0
         done = False
         started = False
+        pending_body = bool(declared) or _is_chunked(scope)
+        # what arrived of a body not yet complete, kept only for the hook's digest of a 408
+        # (references to the chunks the app holds anyway; dropped once the body is complete)
+        arrived: list[bytes] | None = [] if self.on_body_timeout is not None else None
 
         async def limited() -> Message:
             nonlocal seen, done
-            msg = await receive()
+            msg = await receive() if done else await _receive_by(receive, deadline)
+            if msg is None:
+                raise _BodyTimedOut(seen)
             if msg["type"] == "http.request":
-                seen += len(msg.get("body", b""))
+                chunk = msg.get("body", b"")
+                seen += len(chunk)
                 done = not msg.get("more_body", False)
+                if arrived is not None:
+                    if done:
+                        arrived.clear()
+                    else:
+                        arrived.append(chunk)
                 if seen > cap:
                     raise _TooLarge(seen)
             return msg
@@ -288,6 +348,8 @@ class BodyLimitMiddleware:
             nonlocal started
             if msg["type"] == "http.response.start":
                 started = True
+                if pending_body and not done:  # a route that answers without reading the body (GET /health)
+                    msg = _with_close(msg)
             await send(msg)
 
         try:
@@ -295,18 +357,47 @@ class BodyLimitMiddleware:
         except _TooLarge as exc:
             if started:
                 raise
-            await self._reject(receive, send, name, cap, exc.seen, seen=exc.seen, done=done)
+            await self._reject(receive, send, name, cap, exc.seen, seen=exc.seen, done=done, deadline=deadline)
+        except _BodyTimedOut as exc:
+            if started:
+                raise
+            await self._timed_out(scope, send, declared, exc.seen, b"".join(arrived or ()))
 
-    async def _reject(self, receive: Receive, send: Send, name: str, cap: int, size: int, *, seen: int, done: bool) -> None:
+    async def _reject(self, receive: Receive, send: Send, name: str, cap: int, size: int, *, seen: int, done: bool,
+                      deadline: float | None) -> None:
         bound = cap * self.drain_factor
         while not done and seen <= bound:
-            msg = await receive()
-            if msg["type"] != "http.request":
+            msg = await _receive_by(receive, deadline)
+            if msg is None or msg["type"] != "http.request":
                 break
             seen += len(msg.get("body", b""))
             done = not msg.get("more_body", False)
         detail = f"request body is {max(size, seen)} bytes; the limit is {cap}"
         await send_json(send, 413, {"detail": detail, "limit": name, "field": "body"}, close=not done)
+
+    async def _timed_out(self, scope: Scope, send: Send, declared: int | None, seen: int, arrived: bytes) -> None:
+        """The 408: its detail is a function of the limit and the bytes that arrived, never of a clock reading."""
+        got = f"{seen} of {declared} declared bytes" if declared is not None else f"{seen} bytes"
+        answer = LimitExceeded(408, self.timeout_name, "body",
+                               f"not complete within the limit of {self.body_timeout_s:g} s: "
+                               f"{got} arrived").body()
+        body = _json_bytes(answer)
+        if self.on_body_timeout is not None:
+            self.on_body_timeout(scope.get("path", ""), arrived, answer, body)
+        await _send_body(send, 408, body, close=True)
+
+
+def _is_chunked(scope: Scope) -> bool:
+    return any(key == b"transfer-encoding" and b"chunked" in value.lower() for key, value in scope.get("headers", []))
+
+
+def _with_close(start: Message) -> Message:
+    """`start` asking the client to close: the unread rest of its body would otherwise keep the connection
+    open (the ASGI server waits for it before the next request, with no deadline once the route has answered)."""
+    headers = list(start.get("headers", []))
+    if any(key.lower() == b"connection" for key, _ in headers):
+        return start
+    return {**start, "headers": [*headers, (b"connection", b"close")]}
 
 
 def _content_length(scope: Scope) -> int | None:
@@ -384,7 +475,9 @@ async def run_off_loop(make: Callable[[], Awaitable[T]]) -> T:
 
 
 __all__ = [
+    "BODY_IN_MEMORY",
     "BodyLimitMiddleware",
+    "BodyTimeoutHook",
     "ErrorGuardMiddleware",
     "JsonLimits",
     "LimitExceeded",

@@ -8,6 +8,8 @@ recorded in the request log like any other refusal.
 
 Model-server limits (names as in `settings.Limits`):
 
+- ``body_timeout_s``: enforced before any route runs (`compactsim.mock_servers.limits.BodyLimitMiddleware`);
+  its 408 is logged here (`log_body_timeout`) with the digest of the bytes that did arrive.
 - ``max_prompt_tokens``: the tokenizer is byte-level without merges, so a prompt renders to at
   least one token per UTF-8 byte of its text; a body whose text alone exceeds the cap is
   refused before it is rendered (the engine still checks the exact count after rendering).
@@ -27,7 +29,14 @@ from typing import Any
 from starlette.responses import Response
 
 from compactsim.harness.core.digests import bytes_digest
-from compactsim.mock_servers.limits import JsonLimits, LimitExceeded, field_path, load_json, run_off_loop
+from compactsim.mock_servers.limits import (
+    BodyTimeoutHook,
+    JsonLimits,
+    LimitExceeded,
+    field_path,
+    load_json,
+    run_off_loop,
+)
 from compactsim.mock_servers.model_server.settings import Limits
 from compactsim.mock_servers.model_server.state import ServerState, json_response
 
@@ -120,6 +129,24 @@ def reject(state: ServerState, endpoint: str, raw: bytes, exc: LimitExceeded) ->
     return resp
 
 
+#: the routes whose answers the request log records (their `endpoint` names); `/weights` and the GET routes keep none
+LOGGED_PATHS = {"/v1/chat/completions": "chat", "/v1/responses": "responses", "/tokenize": "tokenize"}
+
+
+def log_body_timeout(state: ServerState) -> BodyTimeoutHook:
+    """The hook that logs a 408 (body not complete in time) like the routes' own refusals: the
+    request digest is that of the bytes that arrived, the detail is the answer's."""
+
+    def record(path: str, arrived: bytes, answer: dict[str, Any], body: bytes) -> None:
+        endpoint = LOGGED_PATHS.get(path)
+        if endpoint is not None:
+            state.log.record(endpoint=endpoint, status=408, request_digest=bytes_digest(arrived),
+                             response_digest=bytes_digest(body), policy_version=state.engine.policy_version,
+                             detail=answer["detail"])
+
+    return record
+
+
 async def handle(state: ServerState, endpoint: str, raw: bytes) -> Response:
     """Limits, then the request pipeline, all off the serving loop; `endpoint`: chat, responses or tokenize."""
     limits = state.settings.limits
@@ -137,4 +164,4 @@ async def handle(state: ServerState, endpoint: str, raw: bytes) -> Response:
     return await run_off_loop(work)
 
 
-__all__ = ["check_request", "handle", "json_limits", "prompt_text_bytes", "reject"]
+__all__ = ["LOGGED_PATHS", "check_request", "handle", "json_limits", "log_body_timeout", "prompt_text_bytes", "reject"]

@@ -155,7 +155,8 @@ class PolicySettings(_Strict):
 
 
 class Limits(_Strict):
-    """Caps that turn into 413 (sizes) or 422 (counts); a refusal names the cap (`compactsim.mock_servers.model_server.limits`)."""
+    """Caps that turn into 413 (sizes), 422 (counts) or 408 (time); a refusal names the cap
+    (`compactsim.mock_servers.model_server.limits`)."""
 
     max_body_bytes: int = Field(default=16 * 1024 * 1024, ge=1024)
     max_image_bytes: int = Field(default=4 * 1024 * 1024, ge=64)
@@ -164,6 +165,10 @@ class Limits(_Strict):
     max_prompt_tokens: int = Field(default=32768, ge=16)
     max_new_tokens: int = Field(default=4096, ge=1)
     max_weights_bytes: int = Field(default=256 * 1024 * 1024, ge=1024)
+    #: seconds from a request's headers to the end of its body (a 256 MiB `/weights` body takes well
+    #: under 1 s on loopback); a client that sends less than it declared gets 408 and a closed
+    #: connection instead of holding it forever. The only limit read off a clock.
+    body_timeout_s: float = Field(default=10.0, gt=0.0, le=3600.0)
     max_log_entries: int = Field(default=100_000, ge=0)
     #: JSON nesting levels of a request body (Gym's deepest bodies, tool schemas included, stay under 20)
     max_json_depth: int = Field(default=64, ge=4, le=1000)

@@ -1,8 +1,9 @@
 """Assemble the mock reward server: `create_app(settings)` -> FastAPI app (serve it on 127.0.0.1 only).
 
 Same HTTP boundary as the model server (`compactsim.mock_servers.limits`): 413 for a body over
-``max_body_bytes`` (declared or streamed), JSON caps checked off the serving loop by the route,
-and a server bug answers a JSON 500 without closing the connection.
+``max_body_bytes`` (declared or streamed), 408 for a body not complete within ``body_timeout_s``,
+JSON caps checked off the serving loop by the route, and a server bug answers a JSON 500 without
+closing the connection.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ def create_app(settings: RewardSettings | None = None) -> FastAPI:
     app = FastAPI(title="compactsim mock reward server", version="1", docs_url=None, redoc_url=None)
     app.state.settings = settings
     app.include_router(verify.router)
-    app.add_middleware(BodyLimitMiddleware, max_body_bytes=settings.max_body_bytes)
+    app.add_middleware(BodyLimitMiddleware, max_body_bytes=settings.max_body_bytes,
+                       body_timeout_s=settings.body_timeout_s)
     app.add_middleware(ErrorGuardMiddleware)
     return app
 

@@ -55,6 +55,9 @@ class RewardSettings(_Strict):
     #: rollout ids whose result carries ``instance_config.mask_sample = true``
     mask_sample_rollout_ids: frozenset[str] = frozenset()
     max_body_bytes: int = Field(default=64 * 1024 * 1024, ge=1024)
+    #: seconds from a request's headers to the end of its body; past it, 408 and a closed connection
+    #: (a client that sends less than it declared cannot hold one forever)
+    body_timeout_s: float = Field(default=10.0, gt=0.0, le=3600.0)
     #: JSON nesting levels of a `/verify` body (a Gym response nests about 10 deep)
     max_json_depth: int = Field(default=64, ge=4, le=1000)
     #: digits of any integer literal in a `/verify` body
