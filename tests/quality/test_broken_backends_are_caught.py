@@ -93,9 +93,24 @@ def test_the_reference_backend_reports_every_loss_metric_right_in_the_edge_cases
     records = [run_scenario(s, RunOptions()).record for s in resolve_scenarios([str(EDGE_CASES)])]
     assert [(r.name, r.passed) for r in records] == [
         ("loss-metrics-all-rows-masked", True), ("loss-metrics-disable-ppo-ratio", True),
-        ("loss-metrics-tis-upper-only", True)], [f.message for r in records for f in r.findings]
+        ("loss-metrics-tis-upper-only", True), ("loss-metrics-k1-mismatch", True)], [f.message for r in records for f in r.findings]
     [empty] = records[0].step_metrics
     assert (empty["probs_ratio_min"], empty["probs_ratio_max"], empty["global_valid_toks"]) == (math.inf, -math.inf, 0.0)
+
+
+#: Backends that misreport one loss metric only in an edge case of `EDGE_CASES` (module attribute `EDGE_CASE`).
+MISREPORTING_IN_EDGE_CASES = ("mismatch_kl_always_k3",)
+
+
+@pytest.mark.parametrize("module", MISREPORTING_IN_EDGE_CASES)
+def test_a_loss_metric_misreported_only_in_an_edge_case_is_named_there(module: str):
+    mod = importlib.import_module(f"tests.quality.{module}")
+    [scenario] = [s for s in resolve_scenarios([str(EDGE_CASES)]) if s.name == mod.EDGE_CASE]
+    rec = run_scenario(scenario, RunOptions(backend=f"tests.quality.{module}:Backend")).record
+    assert (rec.passed, rec.observed) == (False, "success")
+    assert {f.check for f in rec.findings} == {mod.EXPECTED_CHECK} == {"train.metric"}  # the training itself is right
+    named = [f for f in rec.findings if f.message.startswith(f"{mod.EXPECTED_KEY} = ")]
+    assert named, [f.message for f in rec.findings]
 
 
 def test_minus_one_for_a_step_without_trained_tokens_is_the_drivers_value_and_passes():

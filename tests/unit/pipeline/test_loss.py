@@ -316,6 +316,11 @@ def test_mismatch_metrics_use_the_configured_kl_type() -> None:
     prev, gen = [[0.0, -1.0, -2.0]], [[0.0, -1.1, -1.8]]
     out, _ = _run(cfg, curr=prev, prev=prev, gen=gen)
     _close(out.metrics["gen_kl_error"], (0.5 * 0.1**2 + 0.5 * 0.2**2) / (2 + EPS))
+    _close(out.metrics["policy_kl_error"], (0.5 * 0.1**2 + 0.5 * 0.2**2) / (2 + EPS))  # k2 is symmetric in x
+    k1 = LossConfig(reference_policy_kl_penalty=0.0, reference_policy_kl_type="k1")
+    out, _ = _run(k1, curr=prev, prev=prev, gen=gen)
+    _close(out.metrics["gen_kl_error"], (-0.1 + 0.2) / (2 + EPS))  # -x, x = prev - gen
+    _close(out.metrics["policy_kl_error"], (0.1 - 0.2) / (2 + EPS))  # -x, x = gen - prev
 
 
 # --- Layout, keys, dtypes ------------------------------------------------------------------------
