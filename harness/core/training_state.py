@@ -54,19 +54,29 @@ def _step_count(state: Mapping[str, Any]) -> int:
     return int(value.item()) if isinstance(value, torch.Tensor) else int(value)
 
 
+#: Attributes under which wrappers hold the model they wrap, each prefixing its parameter names with
+#: ``<attr>.``: DDP, FSDP(1) and DataParallel (``module``), and ``torch.compile``'s `OptimizedModule`
+#: (``_orig_mod``).
+WRAPPER_ATTRIBUTES: tuple[str, ...] = ("module", "_orig_mod")
+
+
 def _unwrapped(policy: Any) -> Any:
-    """The model inside DDP/FSDP-style wrappers (``.module``), whose parameter names carry a ``module.`` prefix.
+    """The model inside DDP/FSDP-style or ``torch.compile`` wrappers, whose parameter names carry the
+    wrapper's prefix (``module.``, ``_orig_mod.``).
 
     A trainer may wrap the policy it was handed; the weights are still the policy's own and are
     named and rebuilt as the policy names them.
     """
-    for _ in range(8):  # wrappers nest (FSDP around DDP); a cycle cannot loop forever
-        inner = getattr(policy, "module", None)
+    for _ in range(8):  # wrappers nest (FSDP around DDP, compile around DDP); a cycle cannot loop forever
         names = [name for name, _ in policy.named_parameters()]
-        if inner is None or not hasattr(inner, "named_parameters") or not names \
-                or not all(name.startswith("module.") for name in names):
+        for attr in WRAPPER_ATTRIBUTES:
+            inner = getattr(policy, attr, None)
+            if inner is not None and inner is not policy and hasattr(inner, "named_parameters") and names \
+                    and all(name.startswith(f"{attr}.") for name in names):
+                policy = inner
+                break
+        else:
             return policy
-        policy = inner
     return policy
 
 
