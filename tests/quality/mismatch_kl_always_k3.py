@@ -3,7 +3,7 @@
 NeMo-RL computes both with the configured kl_type and no clamps (nemo-rl-semantics §4.6). Training is the
 reference's; only the two reported metrics change, and only where the behaviour logprobs differ from the
 trainer's (gen ≠ prev): with gen = prev every estimator is 0, so the catalogue's k1/k2 scenarios, which serve
-from the policy itself, cannot show it. The edge case `loss-metrics-k1-mismatch` (scripted logprobs, k1) does.
+from the policy itself, cannot show it. The catalogue's edge case `loss-metrics-k1-mismatch` (scripted logprobs, k1) does.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from tests.quality._patching import loss_replaced, next_token_frame
 
 EXPECTED_CHECK = "train.metric"
 EXPECTED_KEY = "gen_kl_error"
-#: An edge case of tests/fixtures/loss_metric_scenarios.yaml, not a catalogue scenario.
-EDGE_CASE = "loss-metrics-k1-mismatch"
+#: A loss-metric edge case of the catalogue (tests/quality/test_broken_backends_are_caught.py EDGE_CASES).
+SCENARIO = "loss-metrics-k1-mismatch"
 
 
 class Backend(ReferenceBackend):

@@ -1,0 +1,29 @@
+"""Broken backend: prev (and reference) logprobs are computed without router replay; only the trained forward replays.
+
+NeMo-RL passes `routed_experts` to every forward of the training batch (get_logprobs, the reference's,
+and train), nemo-rl-semantics §2.5-2.6. Here `prev` lets the router choose; where its experts differ from
+the recorded ones, the PPO ratio exp(curr - prev) is no longer 1 and the importance/clip terms move.
+"""
+
+from __future__ import annotations
+
+from unittest.mock import patch
+
+from compactsim.harness.pipeline import trainer as T
+from compactsim.harness.pipeline.backend import ReferenceBackend
+
+EXPECTED_CHECK = "train.gradient"
+SCENARIO = "image-compaction-k2-rolling"
+
+
+class Backend(ReferenceBackend):
+    name = "prev-logprobs-without-router-replay"
+
+    def train_step(self, state, batch, cfg):
+        original = T._all_logprobs
+
+        def no_replay(policy, batch_, microbatches, row_images, row_routes):
+            return original(policy, batch_, microbatches, row_images, None)
+
+        with patch.object(T, "_all_logprobs", no_replay):
+            return super().train_step(state, batch, cfg)
