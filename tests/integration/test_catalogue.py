@@ -55,7 +55,9 @@ def test_catalogue_scenario_pipeline_agrees_with_the_oracle(name):
             for key, value in outcome.expected.exact_metrics.items():
                 if key in M.STEP_COUNT_KEYS:
                     continue  # counted by the trainer and measured by the harness, not batch properties
-                assert metrics[key] == pytest.approx(value, rel=1e-12, abs=1e-12), key
+                # metrics read from the rows (advantages/min|max|mean) carry the rows' dtype: float32 rows round a
+                # non-trivial advantage (float32-graded-group) by ~3e-8, as the audit's metric tolerance allows
+                assert metrics[key] == pytest.approx(value, rel=rtol, abs=rtol), key
         else:
             break
 
