@@ -1,0 +1,45 @@
+"""Backends written differently from the reference, the way real trainers legitimately write the step, pass the audit.
+
+A file of its own (not in test_broken_backends_are_caught.py) so that `make test`'s two pytest-xdist
+workers, which take whole files, share the quality backends' scenario runs.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+
+from compactsim.harness.runner import RunOptions, resolve_scenarios, run_scenario
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600), pytest.mark.filterwarnings("ignore::DeprecationWarning")]
+
+#: CORRECT backends written differently from the reference, the way real trainers legitimately write the step
+#: (tests/quality/correct_*.py, most through tests/quality/_alt_trainer.py's knobs): each must pass its scenario
+#: with no finding at all. A failure here is a false positive of the audit, not a bug in the backend.
+CORRECT = (  # wrapped_policy (DDP-style names) has its own test in test_broken_backends_are_caught.py
+    "correct_compiled_policy",
+    "correct_foreach_adamw",
+    "correct_fused_adamw",
+    "correct_state_dict_roundtrip",
+    "correct_sequential_lr_warmup",
+    "correct_zero_grad_after_step",
+    "correct_clip_by_hand",
+    "correct_foreach_clip",
+    "correct_summed_rank_loss",
+    "correct_reversed_microbatches",
+    "correct_sum_allreduce",
+    "correct_megatron_divide_once",
+    "correct_cross_entropy_logprobs",
+    "correct_prev_full_batch",
+    "correct_checkpoint_restore",
+    "correct_logits_upcast",
+    "correct_float32_advantages",
+)
+
+
+@pytest.mark.parametrize("module", CORRECT)
+def test_a_correct_backend_written_differently_passes(module: str):
+    mod = importlib.import_module(f"tests.quality.{module}")
+    rec = run_scenario(resolve_scenarios([mod.SCENARIO])[0], RunOptions(backend=f"tests.quality.{module}:Backend")).record
+    assert (rec.passed, rec.observed, tuple(rec.findings)) == (True, "success", ()), [f.message for f in rec.findings]
