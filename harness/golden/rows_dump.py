@@ -382,10 +382,7 @@ def metrics_line(scenario: str, step: int, metrics: Mapping[str, Any]) -> dict[s
             if isinstance(value, str) and value in _NON_FINITE:
                 out[key] = value
             continue
-        value = float(value) if isinstance(value, float) else int(value)
-        if isinstance(value, float) and not math.isfinite(value):
-            value = "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
-        out[key] = value
+        out[key] = _finite_or_name(float(value) if isinstance(value, float) else int(value))
     return {"scenario": scenario, "step": step, "metrics": out}
 
 
@@ -403,16 +400,20 @@ def format_dump(lines: Sequence[Mapping[str, Any]]) -> str:
         metrics = obj.get("metrics")
         if isinstance(metrics, Mapping):
             obj["metrics"] = {k: _finite_or_name(v) for k, v in metrics.items()}
-        bad = _non_finite_path(obj)
-        if bad is not None:
-            raise RowsDumpError("<format_dump>", i, bad, "is not a finite number; a dump's JSON has no NaN or "
-                                "infinity (only a metrics line's metrics may be non-finite, written as \"nan\", "
-                                "\"inf\" or \"-inf\")")
-        out.append(json.dumps(obj, separators=(",", ":"), allow_nan=False) + "\n")
+        try:
+            out.append(json.dumps(obj, separators=(",", ":"), allow_nan=False) + "\n")
+        except ValueError:  # json's refusal of a non-finite float; the walk (only then) names where it is
+            bad = _non_finite_path(obj)
+            if bad is None:
+                raise
+            raise RowsDumpError("<format_dump>", i, bad, "is not a finite number; a "
+                                "dump's JSON has no NaN or infinity (only a metrics line's metrics may be "
+                                "non-finite, written as \"nan\", \"inf\" or \"-inf\")") from None
     return "".join(out)
 
 
 def _finite_or_name(value: Any) -> Any:
+    """A non-finite float as the metrics dump spells it ("nan", "inf", "-inf"); anything else unchanged."""
     if isinstance(value, float) and not math.isfinite(value):
         return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
     return value
