@@ -4,12 +4,16 @@
 order: plan every rollout → logical advantages (one per rollout, grouped by task) →
 materialize rows and pad → `train_step`. `train_step(state, batch, cfg)` then runs:
 
-1. trainer logprobs of every row under the current weights (`prev`), replaying the recorded
-   routes (an all ``-1`` route row falls back to the router), and the reference policy's;
+1. the reference policy's logprobs of every row (when the KL penalty is on), replaying the
+   recorded routes (an all ``-1`` route row falls back to the router);
 2. micro-batched forward/backward over all rows, sharded over `dp_size` simulated data-parallel
    ranks exactly as `TraceBatch.rank_rows` / `microbatch_rows` cut them; every microbatch loss
    is divided by the valid-token count of the *whole logical batch*, so summed gradients are
-   the gradient of the global token mean;
+   the gradient of the global token mean. The trainer's logprobs under the weights before the
+   update (`prev`) are each microbatch's training forward, detached: no weight changes before
+   the step's one optimizer step, so NeMo-RL's separate no-grad pass over the same microbatches
+   gives these very numbers (checked bit for bit on every step of the default suite) at the cost
+   of one more forward;
 3. the dp all-reduce (mean over ranks, ranks in order), gradient clipping;
 4. exactly one optimizer step and one LR-scheduler increment, whatever the row count;
 5. metrics (batch metrics + loss metrics + grad norm + lr + versions) and the step artifact.
@@ -154,8 +158,8 @@ def train_step(state: TrainState, batch: TraceBatch, cfg: TrainerConfig) -> Step
     n = valid_counts(batch.row_token_mask, batch.row_sample_mask)  # Σ over ALL rows of the logical batch
     microbatches = [(rank, rows) for rank in range(batch.dp_size) for rows in batch.microbatch_rows(rank)]
 
-    # ---- 1. logprobs under the current weights (before any update) and under the reference
-    prev = _all_logprobs(policy, batch, microbatches, row_images, row_routes)  # (R, S)
+    # ---- 1. logprobs under the reference; those under the current weights come with step 2's forwards
+    prev = torch.zeros(batch.row_input_ids.shape, dtype=policy.dtype)  # (R, S), host
     ref = None
     if loss_cfg.reference_policy_kl_penalty != 0:
         assert state.reference is not None, "TrainState has no reference policy but the KL penalty is on"
@@ -170,13 +174,15 @@ def train_step(state: TrainState, batch: TraceBatch, cfg: TrainerConfig) -> Step
         for rows in batch.microbatch_rows(rank):
             mb = _slice(batch, rows, row_images, row_routes, device)
             mb_curr = policy.token_logprobs(mb.ids, mb.images, mb.routes, mb.lengths)  # (mb, W)
+            mb_prev = mb_curr.detach()  # the weights before the update (see the module docstring)
+            prev[rows.start:rows.stop, : mb.width] = mb_prev.cpu()
             out = clipped_pg_loss(
                 loss_cfg,
                 curr_logprobs=mb_curr,
                 token_mask=mb.token_mask,
                 sample_mask=mb.sample_mask,
                 advantages=mb.advantages,
-                prev_logprobs=prev[rows.start:rows.stop, : mb.width].to(device),
+                prev_logprobs=mb_prev,
                 generation_logprobs=mb.generation_logprobs,
                 reference_logprobs=None if ref is None else ref[rows.start:rows.stop, : mb.width].to(device),
                 global_valid_tokens=n.tokens,
