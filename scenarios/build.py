@@ -15,7 +15,6 @@ never reach the trainer; the mutation and the batch corruption are applied last.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -23,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from compactsim.agents.rollout.script import RolloutSpec, SamplingConfig
 from compactsim.harness.core.contract import TRAINER_POLICY_VERSION, with_trainer_policy_version
 from compactsim.harness.core.errors import ConfigError
+from compactsim.harness.core.tree_copy import copy_tree
 from compactsim.harness.core.seeds import derive_int
 from compactsim.scenarios.model import Scenario, resolve_compaction
 from compactsim.scenarios.mutations import MUTATIONS_BY_NAME, MutationNotApplicable
@@ -208,7 +208,7 @@ def step_results(
     unknown = sorted(set(by_id) - set(order))
     if unknown:
         raise ConfigError("invalid_argument", f"rollouts {unknown[:3]} are not part of step {step} of {scenario.name!r}")
-    results: list[tuple[str, dict[str, Any]]] = [(rid, copy.deepcopy(by_id[rid])) for rid in order  # type: ignore[misc]
+    results: list[tuple[str, dict[str, Any]]] = [(rid, copy_tree(by_id[rid])) for rid in order  # type: ignore[misc]
                                                  if by_id.get(rid) is not None]
     if generation_version is not None:
         for rid, result in results:
@@ -231,7 +231,7 @@ def step_results(
         k = target("corruption", c)
         rid, result = results[k]
         if c.kind == "duplicate_rollout":
-            results.insert(k + 1, (rid, copy.deepcopy(result)))
+            results.insert(k + 1, (rid, copy_tree(result)))
         elif c.kind == "drop_rollout":
             del results[k]
         elif c.kind == "zero_call_capture":
@@ -251,7 +251,7 @@ def _is_token_item(item: Any) -> bool:
 
 def zero_call_capture(result: dict[str, Any]) -> dict[str, Any]:
     """The same rollout as Gym reports it when the agent made no model call: no token item, no record."""
-    out = copy.deepcopy(result)
+    out = copy_tree(result)
     resp = _response(out)
     resp["output"] = [it for it in resp.get("output", []) if not _is_token_item(it)]
     for key in _RECORD_KEYS:
@@ -272,7 +272,7 @@ def bump_policy_version(result: dict[str, Any]) -> dict[str, Any]:
     result without a label gets 1, one later than the implicit 0), and so does any item- or
     record-level ``policy_version`` a non-Gym producer wrote, which would override the label.
     """
-    out = copy.deepcopy(result)
+    out = copy_tree(result)
     resp = _response(out)
     labelled = resp is not out  # a bare response (no `/run` envelope) has nowhere to hold the label
     if labelled:
