@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -38,6 +39,12 @@ class RefusesEveryPlan(ReferenceBackend):
 
 def _one(name: str, **options: Any) -> ScenarioRun:
     return run_scenario(resolve_scenarios([name])[0], RunOptions(**options))
+
+
+@functools.cache
+def _small_in_process() -> tuple[ScenarioRun, ...]:
+    """`SMALL` at seed 3, run once in this process: the baseline two executor comparisons share."""
+    return tuple(run_suite(resolve_scenarios(list(SMALL)), RunOptions(seed=3)))
 
 
 def _write(runs: Sequence[ScenarioRun], out: Path, options: RunOptions, names: Sequence[str], executor: str = "local") -> Path:
@@ -104,7 +111,7 @@ def test_summary_json_is_byte_identical_across_two_runs_in_process_and_on_worker
     scenarios = resolve_scenarios(list(SMALL))
     options = RunOptions(seed=3)
     done: list[str] = []
-    a = _write(run_suite(scenarios, options), tmp_path / "a", options, SMALL)
+    a = _write(_small_in_process(), tmp_path / "a", options, SMALL)
     b = _write(run_suite(scenarios, options, parallel=2, on_event=lambda ev: done.append(ev.scenario) if ev.done else None),
                tmp_path / "b", options, SMALL)
     assert sorted(done) == sorted(SMALL)  # one done event per scenario, in completion order
@@ -133,7 +140,7 @@ def test_real_ports_on_loopback_give_the_same_summary(tmp_path: Path):
 def test_summary_json_is_byte_identical_across_local_and_ray_executors(tmp_path: Path):
     scenarios = resolve_scenarios(list(SMALL))
     options = RunOptions(seed=3)
-    local = _write(run_suite(scenarios, options, executor="local"), tmp_path / "local", options, SMALL)
+    local = _write(_small_in_process(), tmp_path / "local", options, SMALL)
     ray = _write(run_suite(scenarios, options, executor="ray", parallel=2), tmp_path / "ray", options, SMALL, "ray")
     assert (local / "summary.json").read_bytes() == (ray / "summary.json").read_bytes()
     assert json.loads((ray / "timings.json").read_text())["executor"] == "ray"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import importlib
 import json
 import math
@@ -11,6 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from compactsim.harness.cli import app
+from compactsim.harness.report.records import ScenarioRecord
 from compactsim.harness.runner import RunOptions, resolve_scenarios, run_scenario
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600), pytest.mark.filterwarnings("ignore::DeprecationWarning")]
@@ -82,11 +84,22 @@ CRASHING = ("crashing_train_step", "malformed_result", "exits_the_process", "unp
             "trained_version_mislabelled", "raises_its_own_base_exception", "padding_rows_sample_mask_one")
 
 
+@functools.cache
+def record_of(scenario: str, backend: str | None = None) -> ScenarioRecord:
+    """One run of `scenario` through `backend` (the reference when None) per test session.
+
+    Several tests read the same run: the paired-finding test of a broken backend and the test
+    naming that bug's rows, steps or counts exactly. A record is never mutated by a test.
+    """
+    options = RunOptions() if backend is None else RunOptions(backend=backend)
+    return run_scenario(resolve_scenarios([scenario])[0], options).record
+
+
 @pytest.mark.parametrize("module", BROKEN)
 def test_broken_backend_provokes_its_paired_finding(module: str):
     mod = importlib.import_module(f"tests.quality.{module}")
     spec = f"tests.quality.{module}:Backend"
-    rec = run_scenario(resolve_scenarios([mod.SCENARIO])[0], RunOptions(backend=spec)).record
+    rec = record_of(mod.SCENARIO, spec)
     assert not rec.passed
     assert rec.observed == "success"  # the trainer ran; only the audit can tell
     hits = [f for f in rec.findings if f.check == mod.EXPECTED_CHECK]
@@ -98,7 +111,7 @@ def test_broken_backend_provokes_its_paired_finding(module: str):
 def test_a_misreported_loss_metric_is_named_by_its_key_and_nothing_else_is_found(module: str):
     mod = importlib.import_module(f"tests.quality.{module}")
     spec = f"tests.quality.{module}:Backend"
-    rec = run_scenario(resolve_scenarios([mod.SCENARIO])[0], RunOptions(backend=spec)).record
+    rec = record_of(mod.SCENARIO, spec)
     assert (rec.passed, rec.observed) == (False, "success")
     assert {f.check for f in rec.findings} == {mod.EXPECTED_CHECK} == {"train.metric"}  # the training itself is right
     named = [f for f in rec.findings if f.message.startswith(f"{mod.EXPECTED_KEY} = ")]
@@ -114,7 +127,7 @@ EDGE_CASES = ("loss-metrics-all-rows-masked", "loss-metrics-disable-ppo-ratio", 
 
 
 def test_the_reference_backend_reports_every_loss_metric_right_in_the_edge_cases():
-    records = [run_scenario(s, RunOptions()).record for name in EDGE_CASES for s in resolve_scenarios([name])]
+    records = [record_of(name) for name in EDGE_CASES]
     assert [(r.name, r.passed) for r in records] == [
         ("loss-metrics-all-rows-masked", True), ("loss-metrics-disable-ppo-ratio", True),
         ("loss-metrics-tis-upper-only", True), ("loss-metrics-k1-mismatch", True)], [f.message for r in records for f in r.findings]
@@ -126,8 +139,7 @@ def test_minus_one_for_a_step_without_trained_tokens_is_the_drivers_value_and_pa
     """NeMo-RL's driver logs an extremum over no value as -1.0 (§3.7): for a step that trains no
     token at all, a backend reporting the driver's value passes; the same -1.0 from one empty
     micro-batch in a step that trains tokens is caught (`MISREPORTING`, mask-sample-rollouts)."""
-    [scenario] = resolve_scenarios(["loss-metrics-all-rows-masked"])
-    rec = run_scenario(scenario, RunOptions(backend="tests.quality.probs_ratio_empty_microbatch_minus_one:Backend")).record
+    rec = record_of("loss-metrics-all-rows-masked", "tests.quality.probs_ratio_empty_microbatch_minus_one:Backend")
     assert (tuple(rec.findings), rec.passed) == ((), True)
     [metrics] = rec.step_metrics
     assert (metrics["probs_ratio_min"], metrics["probs_ratio_clamped_max"]) == (-1.0, -1.0)
@@ -137,7 +149,7 @@ def test_legacy_media_without_the_request_input_cannot_train_silently():
     """Binning a contract-less rollout's images from the output alone drops its task image: the prompt then
     holds more image tokens than images, and the run ends in the pipeline's typed error, never in rows."""
     spec = "tests.quality.legacy_media_without_request_input:Backend"
-    rec = run_scenario(resolve_scenarios(["legacy-task-image"])[0], RunOptions(backend=spec)).record
+    rec = record_of("legacy-task-image", spec)
     assert (rec.passed, rec.observed) == (False, "error:invalid_argument")
     [finding] = rec.findings
     assert finding.check == "verdict.unexpected_error" and "<|image|> tokens but" in finding.message
@@ -145,7 +157,7 @@ def test_legacy_media_without_the_request_input_cannot_train_silently():
 
 def test_an_exclusive_sequence_cap_refuses_the_row_that_sits_exactly_at_it():
     spec = "tests.quality.sequence_cap_exclusive:Backend"
-    rec = run_scenario(resolve_scenarios(["sequence-at-the-cap"])[0], RunOptions(backend=spec)).record
+    rec = record_of("sequence-at-the-cap", spec)
     assert (rec.passed, rec.observed) == (False, "error:sequence_too_long")
     [finding] = rec.findings
     assert finding.check == "verdict.unexpected_error"
@@ -155,7 +167,7 @@ def test_an_exclusive_sequence_cap_refuses_the_row_that_sits_exactly_at_it():
 def test_failing_backend_is_a_finding_with_the_raising_frame(module: str):
     mod = importlib.import_module(f"tests.quality.{module}")
     spec = f"tests.quality.{module}:Backend"
-    rec = run_scenario(resolve_scenarios([mod.SCENARIO])[0], RunOptions(backend=spec)).record
+    rec = record_of(mod.SCENARIO, spec)
     assert (rec.passed, rec.observed) == (False, "error:backend_error")
     [finding] = rec.findings
     assert (finding.check, finding.step) == ("backend.error", 0)
@@ -176,16 +188,14 @@ def test_a_crashing_backend_does_not_stop_the_suite_and_the_outputs_are_written(
 
 
 def test_never_updating_backend_is_named_at_every_step_with_the_tensor():
-    rec = run_scenario(resolve_scenarios(["scripted-three-steps"])[0],
-                       RunOptions(backend="tests.quality.never_updates:Backend")).record
+    rec = record_of("scripted-three-steps", "tests.quality.never_updates:Backend")
     updates = [f for f in rec.findings if f.check == "train.update"]
     assert [f.step for f in updates] == [0, 1, 2]
     assert all("the update was never applied" in f.message and f.row for f in updates)
 
 
 def test_extra_optimizer_steps_are_measured_not_taken_from_the_backends_report():
-    rec = run_scenario(resolve_scenarios(["scripted-three-steps"])[0],
-                       RunOptions(backend="tests.quality.extra_optimizer_steps:Backend")).record
+    rec = record_of("scripted-three-steps", "tests.quality.extra_optimizer_steps:Backend")
     counts = [f for f in rec.findings if f.check == "counts.optimizer"]
     reported = [f for f in rec.findings if f.check == "counts.reported"]
     assert [(f.step, f.expected, f.actual) for f in counts] == [(0, 1, 8), (1, 1, 8), (2, 1, 8)]
@@ -195,8 +205,7 @@ def test_extra_optimizer_steps_are_measured_not_taken_from_the_backends_report()
 def test_a_gradient_scale_a_float32_update_hides_is_measured_from_the_optimizer_state():
     """Adam divides the gradient's scale out of the update, so only the gradient read back from AdamW's
     first moment (and the reported norm) can show a 1/4 accumulation factor; the update check stays silent."""
-    rec = run_scenario(resolve_scenarios(["float32-training"])[0],
-                       RunOptions(backend="tests.quality.gradient_accumulation_mean:Backend")).record
+    rec = record_of("float32-training", "tests.quality.gradient_accumulation_mean:Backend")
     assert sorted({f.check for f in rec.findings}) == ["train.grad_norm", "train.gradient"]
     measured = [f for f in rec.findings if f.check == "train.gradient"]
     assert [f.step for f in measured] == [0, 1]
@@ -204,16 +213,14 @@ def test_a_gradient_scale_a_float32_update_hides_is_measured_from_the_optimizer_
 
 
 def test_broadcast_first_advantage_names_the_other_rollouts_first_trainable_token():
-    rec = run_scenario(resolve_scenarios(["image-compaction-k2-rolling"])[0],
-                       RunOptions(backend="tests.quality.broadcast_first_advantage:Backend")).record
+    rec = record_of("image-compaction-k2-rolling", "tests.quality.broadcast_first_advantage:Backend")
     first = next(f for f in rec.findings if f.check == "row.advantage")
     assert (first.step, first.row, first.expected, first.actual) == (0, "s0-g0-r1/trace-0", -1.0, 1.0)
     assert first.position is not None and first.position > 0
 
 
 def test_dropped_sentinel_is_reported_at_the_last_token_of_each_non_final_trace():
-    rec = run_scenario(resolve_scenarios(["image-compaction-k2-rolling"])[0],
-                       RunOptions(backend="tests.quality.drop_boundary_sentinel:Backend")).record
+    rec = record_of("image-compaction-k2-rolling", "tests.quality.drop_boundary_sentinel:Backend")
     assert [(f.check, f.row) for f in rec.findings] == [
         ("row.sentinel", "s0-g0-r0/trace-0"), ("row.sentinel", "s0-g0-r0/trace-1"),
         ("row.sentinel", "s0-g0-r1/trace-0"), ("row.sentinel", "s0-g0-r1/trace-1"),
@@ -222,8 +229,7 @@ def test_dropped_sentinel_is_reported_at_the_last_token_of_each_non_final_trace(
 
 
 def test_own_only_new_images_reports_the_missing_image_history():
-    rec = run_scenario(resolve_scenarios(["image-compaction-k2-rolling"])[0],
-                       RunOptions(backend="tests.quality.own_only_new_images:Backend")).record
+    rec = record_of("image-compaction-k2-rolling", "tests.quality.own_only_new_images:Backend")
     media = [f for f in rec.findings if f.check == "row.media"]
     assert [f.row for f in media] == ["s0-g0-r0/trace-1", "s0-g0-r0/trace-2", "s0-g0-r1/trace-1", "s0-g0-r1/trace-2"]
     f = media[0]
@@ -242,8 +248,7 @@ def test_compactsim_run_fails_on_a_broken_backend_with_the_right_finding(tmp_pat
 
 def test_optimizer_state_drift_is_caught_at_the_step_where_it_drifts():
     """The oracle carries its own AdamW moments: lost moments change nothing at step 0 and everything after."""
-    rec = run_scenario(resolve_scenarios(["scripted-three-steps"])[0],
-                       RunOptions(backend="tests.quality.moments_reset:Backend")).record
+    rec = record_of("scripted-three-steps", "tests.quality.moments_reset:Backend")
     assert sorted({f.step for f in rec.findings}) == [1, 2]
     assert {f.check for f in rec.findings} == {"train.update", "train.continuity"}
     # the moments disagree on one gradient: named as a reset, not as a wrong gradient
@@ -254,14 +259,13 @@ def test_a_policy_wrapped_ddp_style_is_measured_through_the_wrapper_and_passes()
     """Parameter names gain ``module.``; the harness reads the model inside, so a correct trainer stays correct."""
     from tests.quality import wrapped_policy
 
-    rec = run_scenario(resolve_scenarios([wrapped_policy.SCENARIO])[0],
-                       RunOptions(backend="tests.quality.wrapped_policy:Backend")).record
+    rec = record_of(wrapped_policy.SCENARIO, "tests.quality.wrapped_policy:Backend")
     assert (rec.passed, rec.observed, rec.steps) == (True, "success", 3), [f.message for f in rec.findings]
 
 
 def test_stale_weights_are_named_at_every_step_after_the_first():
     from tests.quality import stale_weights_reloaded as mod
 
-    rec = run_scenario(resolve_scenarios([mod.SCENARIO])[0], RunOptions(backend=f"{mod.__name__}:Backend")).record
+    rec = record_of(mod.SCENARIO, f"{mod.__name__}:Backend")
     assert sorted({(f.check, f.step) for f in rec.findings}) == [("train.continuity", 1), ("train.continuity", 2)]
     assert all("parameter tensor(s) changed" in f.message for f in rec.findings)
