@@ -14,13 +14,23 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from compactsim.harness.core.contract import INT32_LIMIT  # counts and lengths size and index torch tensors
 from compactsim.harness.core.errors import ConfigError
 from compactsim.harness.pipeline.loss import LossConfig
 
-_STRICT = ConfigDict(extra="forbid", frozen=True)
+#: Unknown keys, NaN and infinities are refused (a NaN clip bound or learning rate trains garbage silently).
+_STRICT = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+
+def _check_advantage_clip(low: float | None, high: float | None) -> None:
+    """NeMo-RL clamps with `torch.clamp(adv, low, high)`, which for low > high gives `high` everywhere:
+    every rollout the same advantage, whatever its reward. Only a typo writes that, so it is refused."""
+    if low is not None and high is not None and low > high:
+        raise ConfigError("invalid_config", "advantage clip range is empty", violations=(
+            f"advantage_clip_low={low!r}: above advantage_clip_high={high!r}, so the clip range is empty "
+            f"(every advantage would become {high!r})",))
 
 
 class AsyncGRPOConfig(BaseModel):
@@ -60,6 +70,11 @@ class GRPOConfig(BaseModel):
     batch_multiplier: float = 1.0
     async_grpo: AsyncGRPOConfig = AsyncGRPOConfig()
 
+    @model_validator(mode="after")
+    def _check_clip_range(self) -> GRPOConfig:
+        _check_advantage_clip(self.advantage_clip_low, self.advantage_clip_high)
+        return self
+
 
 class PolicyConfig(BaseModel):
     """Training-side batch geometry, numerics and optimizer (NeMo-RL `policy.*`)."""
@@ -80,7 +95,7 @@ class PolicyConfig(BaseModel):
     dynamic_batching_enabled: bool = False
     learning_rate: float = Field(1e-3, gt=0.0)
     weight_decay: float = Field(0.0, ge=0.0)
-    max_grad_norm: float | None = 1.0
+    max_grad_norm: float | None = Field(1.0, gt=0.0)  # None: no clipping (0 would zero every gradient)
     lr_warmup_steps: int = Field(0, ge=0, lt=INT32_LIMIT)
 
 
@@ -130,6 +145,11 @@ class AdvantageConfig(BaseModel):
     advantage_clip_high: float | None = None
     #: When set, every group must hold exactly this many rollouts.
     num_generations_per_prompt: int | None = Field(None, ge=1, lt=INT32_LIMIT)
+
+    @model_validator(mode="after")
+    def _check_clip_range(self) -> AdvantageConfig:
+        _check_advantage_clip(self.advantage_clip_low, self.advantage_clip_high)
+        return self
 
 
 class MaterializeConfig(BaseModel):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from compactsim.harness.core.errors import ConfigError
@@ -213,3 +215,25 @@ def test_derived_configs_carry_the_trainer_settings():
     )
     adv = cfg.advantage_config()
     assert adv.num_generations_per_prompt == 8 and adv.use_leave_one_out_baseline is False
+
+
+@pytest.mark.parametrize(("values", "violation"), [
+    ({"grpo": {"advantage_clip_low": 1.0, "advantage_clip_high": -1.0}},
+     "grpo.advantage_clip_low=1.0: above advantage_clip_high=-1.0, so the clip range is empty "
+     "(every advantage would become -1.0)"),
+    ({"policy": {"max_grad_norm": 0.0}}, "policy.max_grad_norm=0.0: Input should be greater than 0"),
+    ({"policy": {"max_grad_norm": -1.0}}, "policy.max_grad_norm=-1.0: Input should be greater than 0"),
+    ({"policy": {"learning_rate": math.nan}}, "policy.learning_rate=nan: Input should be a finite number"),
+    ({"grpo": {"advantage_clip_high": math.inf}}, "grpo.advantage_clip_high=inf: Input should be a finite number"),
+])
+def test_settings_that_would_train_silently_wrong_are_invalid_naming_the_field(values, violation):
+    """A NaN rate, an empty clip range or a non-positive clip norm would still train, silently wrong."""
+    with pytest.raises(ConfigError) as info:
+        parse_trainer_config(values)
+    assert (info.value.code, info.value.violations) == ("invalid_config", (violation,))
+
+
+def test_a_one_point_clip_range_and_no_gradient_clipping_are_valid():
+    cfg = parse_trainer_config({"grpo": {"advantage_clip_low": -0.5, "advantage_clip_high": -0.5},
+                                "policy": {"max_grad_norm": None}})
+    assert (cfg.grpo.advantage_clip_low, cfg.policy.max_grad_norm) == (-0.5, None)
