@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING, Any
 from compactsim.agents.rollout.script import RolloutSpec, SamplingConfig
 from compactsim.harness.core.contract import TRAINER_POLICY_VERSION, with_trainer_policy_version
 from compactsim.harness.core.errors import ConfigError
-from compactsim.harness.core.tree_copy import copy_tree
 from compactsim.harness.core.seeds import derive_int
+from compactsim.harness.core.tree_copy import copy_tree
 from compactsim.scenarios.model import Scenario, resolve_compaction
 from compactsim.scenarios.mutations import MUTATIONS_BY_NAME, MutationNotApplicable
 
