@@ -79,3 +79,15 @@ def test_incomplete_rules_are_rejected():
         RewardRule(kind="pattern")
     with pytest.raises(ValidationError, match="exactly one of contains= or equals="):
         RewardRule(kind="predicate")
+
+
+@pytest.mark.parametrize("settings", [
+    {"rule": {"kind": "fixed", "value": float("nan")}},
+    {"rule": {"kind": "pattern", "pattern": [1.0, float("inf")]}},
+    {"rule": {"kind": "by_index", "rewards": {0: float("-inf")}}},
+    {"by_rollout_id": {"s0-g0-r0": float("nan")}},
+])
+def test_a_reward_that_is_not_a_finite_number_is_refused_in_the_settings(settings):
+    """Refused where it is written, not later by the trainer's ingest of the reward."""
+    with pytest.raises(ValidationError, match="Input should be a finite number"):
+        RewardSettings.model_validate(settings)
