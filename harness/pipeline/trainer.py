@@ -12,8 +12,8 @@ materialize rows and pad → `train_step`. `train_step(state, batch, cfg)` then 
    the gradient of the global token mean. The trainer's logprobs under the weights before the
    update (`prev`) are each microbatch's training forward, detached: no weight changes before
    the step's one optimizer step, so NeMo-RL's separate no-grad pass over the same microbatches
-   gives these very numbers (checked bit for bit on every step of the default suite) at the cost
-   of one more forward;
+   gives these very numbers (bit for bit on every step of the default suite; a unit test keeps
+   it so) at the cost of one more forward;
 3. the dp all-reduce (mean over ranks, ranks in order), gradient clipping;
 4. exactly one optimizer step and one LR-scheduler increment, whatever the row count;
 5. metrics (batch metrics + loss metrics + grad norm + lr + versions) and the step artifact.
@@ -156,13 +156,13 @@ def train_step(state: TrainState, batch: TraceBatch, cfg: TrainerConfig) -> Step
     row_images = _row_images(batch, dtype=state.dtype, device=device)  # R lists of (3, H, W)
     row_routes = batch.routed_experts if cfg.policy.router_replay_enabled else None  # (R, S, L, K) | None
     n = valid_counts(batch.row_token_mask, batch.row_sample_mask)  # Σ over ALL rows of the logical batch
-    microbatches = [(rank, rows) for rank in range(batch.dp_size) for rows in batch.microbatch_rows(rank)]
 
     # ---- 1. logprobs under the reference; those under the current weights come with step 2's forwards
     prev = torch.zeros(batch.row_input_ids.shape, dtype=policy.dtype)  # (R, S), host
     ref = None
     if loss_cfg.reference_policy_kl_penalty != 0:
         assert state.reference is not None, "TrainState has no reference policy but the KL penalty is on"
+        microbatches = [(rank, rows) for rank in range(batch.dp_size) for rows in batch.microbatch_rows(rank)]
         ref = _all_logprobs(state.reference, batch, microbatches, row_images, row_routes)  # (R, S)
 
     # ---- 2. micro-batched forward/backward, one simulated dp rank after the other

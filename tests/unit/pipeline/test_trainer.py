@@ -74,6 +74,24 @@ def test_train_step_recomputes_generation_logprobs_to_float64_precision(k2):
     assert abs(result.metrics[M.TOKEN_MULT_PROB_ERROR] - 1.0) <= 1e-9
 
 
+@pytest.mark.parametrize("layout", [{}, {"policy": {"dp_size": 2, "train_micro_batch_size": 1}}], ids=["dp1", "dp2-mb1"])
+def test_prev_logprobs_equal_a_separate_no_grad_pass_bit_for_bit(k2, layout):
+    """`prev` comes from the training forwards, detached; NeMo-RL's separate no-grad pass over the same
+    microbatches, on the weights before the step, must give the very same numbers (the docstring's claim)."""
+    from compactsim.harness.pipeline.trainer import _all_logprobs, _row_images
+
+    cfg = make_cfg(overrides=layout)
+    batch = _batch(k2, cfg)
+    state = init_train_state(cfg)
+    before = copy.deepcopy(state.policy)
+    microbatches = [(rank, rows) for rank in range(batch.dp_size) for rows in batch.microbatch_rows(rank)]
+    routes = batch.routed_experts if cfg.policy.router_replay_enabled else None
+    separate = _all_logprobs(before, batch, microbatches, _row_images(batch, dtype=state.dtype, device=state.device), routes)
+    result = train_step(state, batch, cfg)
+    assert torch.equal(result.prev_logprobs, separate)
+    assert not torch.equal(dict(state.policy.named_parameters())["lm_head.weight"], before.lm_head.weight)  # it trained
+
+
 def test_train_step_recomputes_generation_logprobs_within_1e5_in_float32():
     collected = collect_rollouts("pr-validation-image-compaction-k2", dtype="float32")
     cfg = make_cfg(dtype="float32")
