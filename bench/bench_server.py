@@ -250,7 +250,7 @@ class ModulePathDecoding:
             h, _, kv = block(h, None, None if past is None else past[layer])
             new_past.append(kv)
         with torch.no_grad():
-            logprobs = m.lm_head(m.ln_f(h[0, -1])).log_softmax(-1)
+            logprobs = m.lm_head(m.ln_f(h[0, -1])).log_softmax(-1).to(torch.float64).numpy()
         return tuple(new_past), logprobs
 
     def start_decoding(self, input_ids, images=()):
@@ -261,7 +261,7 @@ class ModulePathDecoding:
         with torch.no_grad():
             ids = torch.as_tensor(list(input_ids), dtype=torch.long, device=self._policy.device)[None]
             past, lp = self._run(ids, list(images), None, 0)
-        return DecodeState(length=ids.shape[1], past=past, logprobs=lp)
+        return DecodeState(length=ids.shape[1], logprobs=lp, cache=past)
 
     def extend_decoding(self, state, new_ids):
         import torch
@@ -272,8 +272,8 @@ class ModulePathDecoding:
             return state
         with torch.no_grad():
             ids = torch.as_tensor(list(new_ids), dtype=torch.long, device=self._policy.device)[None]
-            past, lp = self._run(ids, [], state.past, state.length)
-        return DecodeState(length=state.length + ids.shape[1], past=past, logprobs=lp)
+            past, lp = self._run(ids, [], state.cache, state.length)
+        return DecodeState(length=state.length + ids.shape[1], logprobs=lp, cache=past)
 
 
 def _policy_bench(requests: int, dtype: str, rounds: int = 5) -> dict:

@@ -35,6 +35,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import threadpoolctl
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -42,6 +44,7 @@ from torch import nn
 from compactsim.harness.core import tokenizer as tok
 from compactsim.harness.core.allocator import keep_freed_memory
 from compactsim.harness.core.errors import ConfigError
+from compactsim.harness.core.numpy_decoding import NumpyDecoder
 from compactsim.harness.core.seeds import check_seed, torch_generator
 
 _FORMAT = "compactsim-tiny-policy/1"
@@ -88,52 +91,33 @@ class PolicyOutput:
 
 @dataclass(frozen=True, slots=True, eq=False)
 class DecodeState:
-    """Key/value cache of a sequence being sampled, and the log-softmax [V] of its next token."""
+    """A sequence being sampled: its length, the log-softmax of its next token, and its key/value cache.
+
+    `logprobs` is float64 numpy [V] whatever the model's dtype: sampling runs in numpy. `cache` is a
+    `numpy_decoding.KVCache` on the CPU, else the per-layer (keys, values) torch tensors.
+    """
 
     length: int
-    past: tuple[tuple[torch.Tensor, torch.Tensor], ...]
-    logprobs: torch.Tensor
-    #: Weights laid out for decoding and a position table, made once per sampled sequence.
-    plan: _DecodePlan | None = None
-
-
-@dataclass(frozen=True, slots=True, eq=False)
-class _BlockWeights:
-    """One block's tensors, read once per sequence instead of through module attributes per token."""
-
-    n_heads: int
-    top_k: int
-    ln1: tuple[tuple[int, ...], torch.Tensor, torch.Tensor, float]
-    qkv: tuple[torch.Tensor, torch.Tensor]
-    proj: tuple[torch.Tensor, torch.Tensor]
-    ln2: tuple[tuple[int, ...], torch.Tensor, torch.Tensor, float]
-    router: torch.Tensor
-    w_in_flat: torch.Tensor  # (d, E*F): w_in as einsum's "bsd,edf->bsef" feeds it to mm
-    b_in: torch.Tensor
-    w_out: torch.Tensor
-    b_out: torch.Tensor
-
-
-@dataclass(frozen=True, slots=True, eq=False)
-class _DecodePlan:
-    """Per-sequence decoding constants: block weights, final norm/head, and position rows [0, len)."""
-
-    blocks: tuple[_BlockWeights, ...]
-    ln_f: tuple[tuple[int, ...], torch.Tensor, torch.Tensor, float]
-    head: tuple[torch.Tensor, torch.Tensor]
-    positions: torch.Tensor | None  # None: rows are not position-independent here; use `_sinusoid`
+    logprobs: np.ndarray
+    cache: Any
+    #: CPU: the weights as numpy arrays, read once per sampled sequence. None: torch module path.
+    decoder: NumpyDecoder | None = None
 
 
 def configure_determinism(num_threads: int = 1) -> None:
     """Process-wide torch settings for bit-stable results (call from servers, CLIs, tests).
 
-    Also sets ``CUBLAS_WORKSPACE_CONFIG`` (if unset) so cuBLAS matmuls are deterministic on CUDA,
-    and keeps freed heap memory mapped (`allocator.keep_freed_memory`: speed only, same bits).
+    Also limits numpy's BLAS to the same thread count, sets ``CUBLAS_WORKSPACE_CONFIG`` (if unset)
+    so cuBLAS matmuls are deterministic on CUDA, and keeps freed heap memory mapped
+    (`allocator.keep_freed_memory`: speed only, same bits).
     Uninitialised-memory filling stays on: a backend that reads `torch.empty` gets NaN, loudly.
     """
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     keep_freed_memory()
     torch.set_num_threads(num_threads)
+    # numpy's BLAS too (sampling runs in numpy): its default, a thread per core, spins against the
+    # other worker processes on a small machine (two scenario workers on 2 cores: 25 s -> 33 s)
+    threadpoolctl.threadpool_limits(limits=num_threads, user_api="blas")
     _use_deterministic_algorithms()
 
 
@@ -161,34 +145,13 @@ def _sinusoid(seq_len: int, d: int, *, dtype: torch.dtype, device: torch.device)
     return pe.to(dtype)  # (S, d)
 
 
-#: Position rows prepared beyond the prompt when decoding starts (the table doubles when outgrown).
-_POSITION_HEADROOM = 256
+#: Cache rows prepared beyond the prompt when decoding starts (the cache doubles when outgrown).
+_DECODE_HEADROOM = 256
 
 
-def _rowwise_positions(d: int, device: torch.device) -> bool:
-    """Whether `_sinusoid` rows are independent of the table length, bit for bit.
-
-    Each entry is an element-wise function of (position, column); torch's sin/cos agree across
-    table sizes as long as no entry falls in a vector loop's scalar tail, which holds when a
-    row's d/2 entries fill whole vectors (d/2 % 16 == 0) and the op runs as one serial chunk on
-    the CPU (one thread, as `configure_determinism` sets).
-    """
-    return d % 2 == 0 and (d // 2) % 16 == 0 and torch.get_num_threads() == 1 and device.type == "cpu"
-
-
-def _positions(offset: int, n: int, d: int, *, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """Rows `offset:offset + n` of `_sinusoid(offset + n, d)` (exact when `_rowwise_positions`)."""
-    pos = torch.arange(offset, offset + n, dtype=torch.float64, device=device)[:, None]  # (n, 1)
-    div = torch.exp(torch.arange(0, d, 2, dtype=torch.float64, device=device) * (-math.log(10000.0) / d))  # (d/2,)
-    pe = torch.empty(n, d, dtype=torch.float64, device=device)
-    pe[:, 0::2] = torch.sin(pos * div)
-    pe[:, 1::2] = torch.cos(pos * div)
-    return pe.to(dtype)  # (n, d)
-
-
-def _next_logprobs(plan: _DecodePlan, h_last: torch.Tensor) -> torch.Tensor:
-    """`lm_head(ln_f(h)).log_softmax(-1)` for one position [d] -> [V]."""
-    return F.linear(F.layer_norm(h_last, *plan.ln_f), *plan.head).log_softmax(-1)
+def _numpy_decodes(device: torch.device) -> bool:
+    """Whether sampling runs in numpy (`numpy_decoding`): on the CPU, where torch's per-operation cost dominates."""
+    return device.type == "cpu"
 
 
 def _attention_scores(q: torch.Tensor, k: torch.Tensor, head_size: int) -> torch.Tensor:
@@ -205,59 +168,6 @@ def _attention_scores(q: torch.Tensor, k: torch.Tensor, head_size: int) -> torch
     if math.frexp(scale)[0] == 0.5:
         return (q / scale) @ k.transpose(-2, -1)
     return (q @ k.transpose(-2, -1)) / scale
-
-
-def _decode_block(
-    w: _BlockWeights, h: torch.Tensor, past: tuple[torch.Tensor, torch.Tensor] | None
-) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
-    """`_Block.forward(h, None, past)` for sampling: the same kernels on the same shapes, so the same bits.
-
-    Saves what a per-token step would otherwise spend on overhead: module calls and attribute
-    lookups, the causal mask of a single new position (nothing to mask), the replay merge (own
-    routes), the one-hot gate sum (one exact nonzero term per expert: a scatter), and einsum's
-    planning (the mm/bmm it runs, called directly, with its output strides).
-    """
-    b, s, d = h.shape
-    nh = w.n_heads
-    x = F.layer_norm(h, *w.ln1)
-    q, k, v = F.linear(x, *w.qkv).split(d, dim=-1)
-    q, k, v = (t.view(b, s, nh, d // nh).transpose(1, 2) for t in (q, k, v))  # (B, nh, S, hs)
-    if past is not None:
-        k, v = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)  # (B, nh, T, hs)
-    t_all = k.shape[2]
-    att = _attention_scores(q, k, d // nh)  # (B, nh, S, T)
-    if s > 1:
-        att.masked_fill_(torch.ones(s, t_all, dtype=torch.bool, device=h.device).triu(t_all - s + 1), float("-inf"))
-    att = att.softmax(dim=-1)
-    y = (att @ v).transpose(1, 2).reshape(b, s, d)  # (B, S, d)
-    h = h + F.linear(y, *w.proj)
-
-    m = F.layer_norm(h, *w.ln2)
-    router_logits = F.linear(m, w.router)  # (B, S, E)
-    chosen = router_logits.topk(w.top_k, dim=-1).indices  # (B, S, K)
-    gates = router_logits.gather(-1, chosen).softmax(dim=-1)  # (B, S, K)
-    weights = torch.zeros_like(router_logits).scatter_(-1, chosen, gates)  # (B, S, E)
-    e, f = w.w_out.shape[0], w.w_out.shape[1]
-    hidden = F.gelu(torch.mm(m.reshape(b * s, d), w.w_in_flat).view(b, s, e, f) + w.b_in)  # (B, S, E, F)
-    # (E, B*S, d) viewed as (B, S, E, d): the strides einsum returns, so the sums below run alike
-    out = torch.bmm(hidden.reshape(b * s, e, f).transpose(0, 1), w.w_out).transpose(0, 1).view(b, s, e, d)
-    h = h + (weights[..., None] * (out + w.b_out)).sum(-2)
-    return h, (k, v)
-
-
-def _layer_norm_args(ln: nn.LayerNorm) -> tuple[tuple[int, ...], torch.Tensor, torch.Tensor, float]:
-    return tuple(ln.normalized_shape), ln.weight, ln.bias, ln.eps
-
-
-def _block_weights(block: _Block) -> _BlockWeights:
-    d, e, f = block.w_in.shape[1], block.w_in.shape[0], block.w_in.shape[2]
-    return _BlockWeights(
-        n_heads=block.n_heads, top_k=block.top_k, ln1=_layer_norm_args(block.ln1),
-        qkv=(block.qkv.weight, block.qkv.bias), proj=(block.proj.weight, block.proj.bias),
-        ln2=_layer_norm_args(block.ln2), router=block.router.weight,
-        w_in_flat=block.w_in.detach().permute(1, 0, 2).reshape(d, e * f), b_in=block.b_in,
-        w_out=block.w_out, b_out=block.b_out,
-    )
 
 
 class _Block(nn.Module):
@@ -454,59 +364,73 @@ class TinyPolicy(nn.Module):
         """Prefill one prompt for sampling; `state.logprobs` is the next-token log-softmax [V].
 
         For *sampling* only: the authoritative logprobs and routes of a finished sequence come from
-        one full forward (`sequence_logprobs`), exactly as the trainer recomputes them.
+        one full forward (`sequence_logprobs`), exactly as the trainer recomputes them. On the CPU
+        the steps run in numpy (`numpy_decoding`: same arithmetic, other kernels, so equal to
+        rounding); elsewhere through the blocks' own `forward` with the cache.
         """
         ids = torch.as_tensor(list(input_ids), dtype=torch.long, device=self.device)[None]  # (1, S)
-        plan = self._decode_plan(ids.shape[1] + _POSITION_HEADROOM)
-        out_h, past = self._run_cached(ids, [list(images)], None, 0, plan)
-        return DecodeState(length=ids.shape[1], past=past, logprobs=_next_logprobs(plan, out_h[0, -1]), plan=plan)
+        h = self._embed(ids, [list(images)])  # (1, S, d)
+        s = ids.shape[1]
+        if _numpy_decodes(self.device):
+            decoder = self._numpy_decoder()
+            cache = decoder.new_cache(s + _DECODE_HEADROOM)
+            return DecodeState(length=s, logprobs=decoder.run(h[0].numpy(), cache, 0), cache=cache, decoder=decoder)
+        logprobs, past = self._module_step(h, None, 0)
+        return DecodeState(length=s, logprobs=logprobs, cache=past)
 
     @torch.no_grad()
     def extend_decoding(self, state: DecodeState, new_ids: Sequence[int]) -> DecodeState:
-        """Feed more (non-image) tokens after `state`; returns the new state."""
-        new = list(new_ids)
+        """Feed more (non-image) tokens after `state`; returns the new state (`state` stays valid)."""
+        new = [int(t) for t in new_ids]
         if not new:
             return state
         if tok.IMAGE in new:
             raise ConfigError("invalid_argument", "extend_decoding cannot take <|image|> tokens")
-        ids = torch.tensor(new, dtype=torch.long, device=self.device)[None]  # (1, n)
+        if not all(0 <= t < self.config.vocab_size for t in new):
+            raise ConfigError("invalid_argument", f"extend_decoding: new_ids outside [0, {self.config.vocab_size})")
         length = state.length + len(new)
-        plan = state.plan
-        if plan is None or (plan.positions is not None and plan.positions.shape[0] < length):
-            plan = self._decode_plan(2 * length + _POSITION_HEADROOM)
-        out_h, past = self._run_cached(ids, None, state.past, state.length, plan)
-        return DecodeState(length=length, past=past, logprobs=_next_logprobs(plan, out_h[0, -1]), plan=plan)
+        decoder = state.decoder
+        if decoder is None:
+            ids = torch.tensor(new, dtype=torch.long, device=self.device)[None]  # (1, n)
+            logprobs, past = self._module_step(F.embedding(ids, self.tok_emb.weight), state.cache, state.length)
+            return DecodeState(length=length, logprobs=logprobs, cache=past)
+        cache = state.cache
+        if cache.filled != state.length or cache.capacity < length:  # a branch, or full: a copy with room
+            cache = cache.branch(state.length, max(cache.capacity, 2 * length))
+        logprobs = decoder.run(decoder.embed(new), cache, state.length)
+        return DecodeState(length=length, logprobs=logprobs, cache=cache, decoder=decoder)
 
-    def _decode_plan(self, rows: int) -> _DecodePlan:
-        """Weights as decoding reads them, and position rows [0, rows) when rows are position-independent."""
-        d = self.config.d_model
-        table = _positions(0, rows, d, dtype=self.dtype, device=self.device) if _rowwise_positions(d, self.device) else None
-        return _DecodePlan(
-            blocks=tuple(_block_weights(b) for b in self.blocks),  # type: ignore[arg-type]
-            ln_f=_layer_norm_args(self.ln_f), head=(self.lm_head.weight, self.lm_head.bias), positions=table,
-        )
+    def _numpy_decoder(self) -> NumpyDecoder:
+        """The weights as numpy arrays, rebuilt only when a parameter was replaced or changed in place since."""
+        key = tuple((p.data_ptr(), p._version) for p in self.parameters())
+        cached = self.__dict__.get("_numpy_decoder_cache")
+        if cached is None or cached[0] != key:
+            cached = (key, NumpyDecoder.from_policy(self))
+            self.__dict__["_numpy_decoder_cache"] = cached
+        return cached[1]
 
-    def _run_cached(self, ids: torch.Tensor, images, past, offset: int, plan: _DecodePlan):
-        c = self.config
+    def _embed(self, ids: torch.Tensor, images: Sequence[Sequence[torch.Tensor]]) -> torch.Tensor:
+        """Token embeddings [1, S, d] with each `<|image|>` row replaced by its patch embedding (no positions)."""
         h = F.embedding(ids, self.tok_emb.weight)
-        if images is not None:
-            is_img = ids == tok.IMAGE
-            n_tok = int(is_img.sum())
-            if n_tok != len(images[0]) * tok.IMAGE_PATCH_TOKENS:
-                raise ConfigError("invalid_argument", f"{n_tok} <|image|> tokens but {len(images[0])} images x {tok.IMAGE_PATCH_TOKENS} patches")
-            if n_tok:
-                bidx, sidx = is_img.nonzero(as_tuple=True)
-                h = h.index_put((bidx, sidx), self.embed_images(images[0]))
-        n = ids.shape[1]
-        if plan.positions is not None:
-            h = h + plan.positions[offset: offset + n]
-        else:
-            h = h + _sinusoid(offset + n, c.d_model, dtype=h.dtype, device=h.device)[offset:]
+        is_img = ids == tok.IMAGE
+        n_tok = int(is_img.sum())
+        if n_tok != len(images[0]) * tok.IMAGE_PATCH_TOKENS:
+            raise ConfigError("invalid_argument", f"{n_tok} <|image|> tokens but {len(images[0])} images x {tok.IMAGE_PATCH_TOKENS} patches")
+        if n_tok:
+            bidx, sidx = is_img.nonzero(as_tuple=True)
+            h = h.index_put((bidx, sidx), self.embed_images(images[0]))
+        return h
+
+    def _module_step(self, h: torch.Tensor, past, offset: int) -> tuple[np.ndarray, tuple]:
+        """Positions [offset, offset + n) through the blocks' `forward` with the cache: (log-softmax [V] float64, new cache)."""
+        n = h.shape[1]
+        h = h + _sinusoid(offset + n, self.config.d_model, dtype=h.dtype, device=h.device)[offset:]
         new_past = []
-        for layer, weights in enumerate(plan.blocks):
-            h, kv = _decode_block(weights, h, None if past is None else past[layer])
+        for layer, block in enumerate(self.blocks):
+            h, _, kv = block(h, None, None if past is None else past[layer])
             new_past.append(kv)
-        return h, tuple(new_past)
+        logprobs = self.lm_head(self.ln_f(h[0, -1])).log_softmax(-1)
+        return logprobs.to("cpu", torch.float64).numpy(), tuple(new_past)
 
     def _check_routes(self, routes: torch.Tensor | None, b: int, s: int) -> torch.Tensor | None:
         c = self.config

@@ -440,8 +440,7 @@ class Engine:
             for i, t in enumerate(template):
                 if i in free:
                     state = policy.extend_decoding(state, pending)
-                    lp_np = state.logprobs.detach().to("cpu", torch.float64).numpy()
-                    t = sample_text_token(lp_np, seed=s.seed, request_digest=digest, position=p + i)
+                    t = sample_text_token(state.logprobs, seed=s.seed, request_digest=digest, position=p + i)
                     pending = []
                 sampled.append(t)
                 pending.append(t)
