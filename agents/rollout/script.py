@@ -137,8 +137,9 @@ class SamplingConfig(_Strict):
     """Request parameters sent with every call (they feed `sampling_contract_id`)."""
 
     model: str | None = None
-    temperature: float = 1.0
-    top_p: float | None = None
+    # the ranges the mock model server accepts (OpenAI's): refused here, where a script writes them
+    temperature: float = Field(default=1.0, ge=0, le=2, allow_inf_nan=False)
+    top_p: float | None = Field(default=None, gt=0, le=1, allow_inf_nan=False)
     max_output_tokens: int | None = Field(default=None, ge=1)
     parallel_tool_calls: bool = True
     tool_choice: str = "auto"

@@ -100,7 +100,7 @@ class DecodeState:
     length: int
     logprobs: np.ndarray
     cache: Any
-    #: CPU: the weights as numpy arrays, read once per sampled sequence. None: torch module path.
+    #: CPU: the weights as numpy arrays (kept on the policy until a parameter changes). None: torch module path.
     decoder: NumpyDecoder | None = None
 
 
