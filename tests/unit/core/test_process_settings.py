@@ -35,6 +35,20 @@ def test_configure_determinism_sets_deterministic_warn_only_one_thread_without_i
     assert out.splitlines() == ["True True 1 False 1", "True"]
 
 
+def test_numpy_blas_runs_the_thread_count_torch_does():
+    """Sampling runs in numpy: its BLAS (a thread per core by default) is held to the same count."""
+    out = _run("""
+        import numpy, threadpoolctl
+        from compactsim.harness.core.policy import configure_determinism
+        blas = lambda: sorted({p["num_threads"] for p in threadpoolctl.threadpool_info() if p["user_api"] == "blas"})
+        configure_determinism()
+        print(blas())
+        configure_determinism(num_threads=2)
+        print(blas())
+    """)
+    assert out.splitlines() == ["[1]", "[2]"]
+
+
 def test_an_inductor_imported_before_gets_its_deterministic_flag_set():
     out = _run("""
         import os
