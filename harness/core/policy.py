@@ -368,7 +368,10 @@ class TinyPolicy(nn.Module):
         the steps run in numpy (`numpy_decoding`: same arithmetic, other kernels, so equal to
         rounding); elsewhere through the blocks' own `forward` with the cache.
         """
-        ids = torch.as_tensor(list(input_ids), dtype=torch.long, device=self.device)[None]  # (1, S)
+        prompt = [int(t) for t in input_ids]
+        if not prompt or not all(0 <= t < self.config.vocab_size for t in prompt):
+            raise ConfigError("invalid_argument", f"start_decoding: input_ids must be a non-empty list of ids in [0, {self.config.vocab_size})")
+        ids = torch.tensor(prompt, dtype=torch.long, device=self.device)[None]  # (1, S)
         h = self._embed(ids, [list(images)])  # (1, S, d)
         s = ids.shape[1]
         if _numpy_decodes(self.device):

@@ -17,6 +17,7 @@ import torch
 
 from compactsim.harness.core import policy as policy_module
 from compactsim.harness.core import tokenizer as tok
+from compactsim.harness.core.errors import ConfigError
 from compactsim.harness.core.policy import PolicyConfig, TinyPolicy, configure_determinism
 from compactsim.mock_servers.model_server.sampling import sample_text_token
 
@@ -132,12 +133,19 @@ def test_weights_changed_in_place_are_read_again() -> None:
     assert float(np.abs(after.logprobs - first.logprobs).max()) > 1e-3
 
 
+def test_start_decoding_refuses_an_empty_or_out_of_vocabulary_prompt() -> None:
+    model = TinyPolicy.from_seed(1, dtype=torch.float64)
+    for bad in ([], [40, -1], [model.config.vocab_size]):
+        with pytest.raises(ConfigError, match="non-empty list of ids"):
+            model.start_decoding(bad)
+
+
 def test_extend_decoding_refuses_image_and_out_of_vocabulary_tokens_and_ignores_nothing() -> None:
     model = TinyPolicy.from_seed(1, dtype=torch.float64)
     state = model.start_decoding([40, 41])
     assert model.extend_decoding(state, []) is state
-    with pytest.raises(Exception, match="image"):
+    with pytest.raises(ConfigError, match="image"):
         model.extend_decoding(state, [40, tok.IMAGE])
     for bad in (-1, model.config.vocab_size):
-        with pytest.raises(Exception, match="outside"):
+        with pytest.raises(ConfigError, match="outside"):
             model.extend_decoding(state, [40, bad])
