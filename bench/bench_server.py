@@ -218,11 +218,9 @@ async def _asgi_bench(n: int) -> dict:
 
 
 class ModulePathDecoding:
-    """The policy with the module-path cached decoding: the baseline of the numpy decoding.
-
-    Prefill and each extension run the blocks' own `forward` (with the KV cache) and the final
-    norm/head as modules, as `TinyPolicy.start_decoding`/`extend_decoding` did before; every other
-    attribute (config, `sequence_logprobs`) is the wrapped policy's.
+    """The policy decoding through its blocks' own `forward` with a torch KV cache (`start_decoding(numpy=False)`):
+    the baseline of the numpy decoding, as decoding ran when the issue was filed. Extensions follow the
+    state's choice; every other attribute (config, `sequence_logprobs`) is the wrapped policy's.
     """
 
     def __init__(self, policy) -> None:
@@ -231,50 +229,8 @@ class ModulePathDecoding:
     def __getattr__(self, name: str):
         return getattr(self._policy, name)
 
-    def _run(self, ids, images, past, offset: int):
-        import torch
-
-        from compactsim.harness.core import tokenizer as tok
-        from compactsim.harness.core.policy import _sinusoid
-
-        m = self._policy
-        h = m.tok_emb(ids)
-        if images:
-            is_img = ids == tok.IMAGE
-            if bool(is_img.any()):
-                bidx, sidx = is_img.nonzero(as_tuple=True)
-                h = h.index_put((bidx, sidx), m.embed_images(images))
-        n = ids.shape[1]
-        h = h + _sinusoid(offset + n, m.config.d_model, dtype=h.dtype, device=h.device)[offset:]
-        new_past = []
-        for layer, block in enumerate(m.blocks):
-            h, _, kv = block(h, None, None if past is None else past[layer])
-            new_past.append(kv)
-        with torch.no_grad():
-            logprobs = m.lm_head(m.ln_f(h[0, -1])).log_softmax(-1).to(torch.float64).numpy()
-        return tuple(new_past), logprobs
-
     def start_decoding(self, input_ids, images=()):
-        import torch
-
-        from compactsim.harness.core.policy import DecodeState
-
-        with torch.no_grad():
-            ids = torch.as_tensor(list(input_ids), dtype=torch.long, device=self._policy.device)[None]
-            past, lp = self._run(ids, list(images), None, 0)
-        return DecodeState(length=ids.shape[1], logprobs=lp, cache=past)
-
-    def extend_decoding(self, state, new_ids):
-        import torch
-
-        from compactsim.harness.core.policy import DecodeState
-
-        if not list(new_ids):
-            return state
-        with torch.no_grad():
-            ids = torch.as_tensor(list(new_ids), dtype=torch.long, device=self._policy.device)[None]
-            past, lp = self._run(ids, [], state.cache, state.length)
-        return DecodeState(length=state.length + ids.shape[1], logprobs=lp, cache=past)
+        return self._policy.start_decoding(input_ids, images, numpy=False)
 
 
 def _policy_bench(requests: int, dtype: str, rounds: int = 5) -> dict:

@@ -28,6 +28,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from compactsim.harness.core.positions import sinusoid
+
 #: Position rows prepared when a decoder is built (the table doubles when outgrown).
 _INITIAL_ROWS = 1024
 
@@ -118,7 +120,7 @@ class NumpyDecoder:
             ))
         embedding = arr(policy.tok_emb.weight)
         d = policy.config.d_model
-        return cls(blocks=tuple(blocks), embedding=embedding, positions=_sinusoid(_INITIAL_ROWS, d, embedding.dtype),
+        return cls(blocks=tuple(blocks), embedding=embedding, positions=_position_table(_INITIAL_ROWS, d, embedding.dtype),
                    ln_f=ln(policy.ln_f), w_head=rows(policy.lm_head.weight), b_head=arr(policy.lm_head.bias), d_model=d)
 
     def new_cache(self, capacity: int) -> KVCache:
@@ -129,7 +131,7 @@ class NumpyDecoder:
     def ensure_positions(self, rows: int) -> None:
         """Grow the position table to at least `rows` rows (same values: each row depends only on its index)."""
         if self.positions.shape[0] < rows:
-            self.positions = _sinusoid(max(rows, 2 * self.positions.shape[0]), self.d_model, self.embedding.dtype)
+            self.positions = _position_table(max(rows, 2 * self.positions.shape[0]), self.d_model, self.embedding.dtype)
 
     def embed(self, ids: Sequence[int]) -> np.ndarray:
         return self.embedding[np.asarray(ids, dtype=np.int64)]
@@ -151,19 +153,14 @@ class NumpyDecoder:
                 h = _positions(w, h, cache.keys[layer], cache.values[layer], offset)
             x = h[-1]
         cache.filled = offset + n
-        z = (_layer_norm(x, *self.ln_f) @ self.w_head + self.b_head).astype(np.float64, copy=False)
+        z = (_norm_vector(x, *self.ln_f) @ self.w_head + self.b_head).astype(np.float64, copy=False)
         z = z - z.max()
         return z - math.log(float(np.exp(z).sum()))
 
 
-def _sinusoid(rows: int, d: int, dtype: np.dtype) -> np.ndarray:
-    """The policy's sinusoidal position rows [0, rows) (`policy._sinusoid`): float64, then cast."""
-    pos = np.arange(rows, dtype=np.float64)[:, None]
-    div = np.exp(np.arange(0, d, 2, dtype=np.float64) * (-math.log(10000.0) / d))
-    pe = np.empty((rows, d), dtype=np.float64)
-    pe[:, 0::2] = np.sin(pos * div)
-    pe[:, 1::2] = np.cos(pos * div)
-    return pe.astype(dtype)
+def _position_table(rows: int, d: int, dtype: np.dtype) -> np.ndarray:
+    """The policy's position rows [0, rows) (`positions.sinusoid`, float64) in the decoder's dtype."""
+    return sinusoid(rows, d, dtype=torch.float64, device=torch.device("cpu")).numpy().astype(dtype)
 
 
 def _layer_norm(x: np.ndarray, w: np.ndarray, b: np.ndarray, eps: float) -> np.ndarray:

@@ -45,6 +45,7 @@ from compactsim.harness.core import tokenizer as tok
 from compactsim.harness.core.allocator import keep_freed_memory
 from compactsim.harness.core.errors import ConfigError
 from compactsim.harness.core.numpy_decoding import NumpyDecoder
+from compactsim.harness.core.positions import sinusoid
 from compactsim.harness.core.seeds import check_seed, torch_generator
 
 _FORMAT = "compactsim-tiny-policy/1"
@@ -94,13 +95,13 @@ class DecodeState:
     """A sequence being sampled: its length, the log-softmax of its next token, and its key/value cache.
 
     `logprobs` is float64 numpy [V] whatever the model's dtype: sampling runs in numpy. `cache` is a
-    `numpy_decoding.KVCache` on the CPU, else the per-layer (keys, values) torch tensors.
+    `numpy_decoding.KVCache` when decoding in numpy, else the per-layer (keys, values) torch tensors.
     """
 
     length: int
     logprobs: np.ndarray
     cache: Any
-    #: CPU: the weights as numpy arrays (kept on the policy until a parameter changes). None: torch module path.
+    #: numpy decoding: the weights as numpy arrays (kept on the policy until a parameter changes). None: torch module path.
     decoder: NumpyDecoder | None = None
 
 
@@ -136,22 +137,8 @@ def _use_deterministic_algorithms() -> None:
     torch._C._set_deterministic_algorithms(True, warn_only=True)
 
 
-def _sinusoid(seq_len: int, d: int, *, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    pos = torch.arange(seq_len, dtype=torch.float64, device=device)[:, None]  # (S, 1)
-    div = torch.exp(torch.arange(0, d, 2, dtype=torch.float64, device=device) * (-math.log(10000.0) / d))  # (d/2,)
-    pe = torch.zeros(seq_len, d, dtype=torch.float64, device=device)
-    pe[:, 0::2] = torch.sin(pos * div)
-    pe[:, 1::2] = torch.cos(pos * div)
-    return pe.to(dtype)  # (S, d)
-
-
 #: Cache rows prepared beyond the prompt when decoding starts (the cache doubles when outgrown).
 _DECODE_HEADROOM = 256
-
-
-def _numpy_decodes(device: torch.device) -> bool:
-    """Whether sampling runs in numpy (`numpy_decoding`): on the CPU, where torch's per-operation cost dominates."""
-    return device.type == "cpu"
 
 
 def _attention_scores(q: torch.Tensor, k: torch.Tensor, head_size: int) -> torch.Tensor:
@@ -351,7 +338,7 @@ class TinyPolicy(nn.Module):
             emb = torch.cat([self.embed_images(list(imgs)) for imgs in rows])  # (sum n_tok, d), row-major order
             bidx, sidx = is_img.nonzero(as_tuple=True)
             h = h.index_put((bidx, sidx), emb)
-        h = h + _sinusoid(s, c.d_model, dtype=h.dtype, device=h.device)
+        h = h + sinusoid(s, c.d_model, dtype=h.dtype, device=h.device)
         used = []
         for layer, block in enumerate(self.blocks):
             h, chosen, _ = block(h, None if replay is None else replay[:, :, layer, :])
@@ -360,13 +347,16 @@ class TinyPolicy(nn.Module):
         return PolicyOutput(logits=logits, routes=torch.stack(used, dim=2))  # routes (B, S, L, K)
 
     @torch.no_grad()
-    def start_decoding(self, input_ids: Sequence[int], images: Sequence[torch.Tensor] = ()) -> DecodeState:
+    def start_decoding(
+        self, input_ids: Sequence[int], images: Sequence[torch.Tensor] = (), *, numpy: bool | None = None
+    ) -> DecodeState:
         """Prefill one prompt for sampling; `state.logprobs` is the next-token log-softmax [V].
 
         For *sampling* only: the authoritative logprobs and routes of a finished sequence come from
-        one full forward (`sequence_logprobs`), exactly as the trainer recomputes them. On the CPU
-        the steps run in numpy (`numpy_decoding`: same arithmetic, other kernels, so equal to
-        rounding); elsewhere through the blocks' own `forward` with the cache.
+        one full forward (`sequence_logprobs`), exactly as the trainer recomputes them. With
+        `numpy` (the default on the CPU, where torch's per-operation cost dominates) the steps run
+        in `numpy_decoding` (same arithmetic, other kernels, so equal to rounding); otherwise
+        through the blocks' own `forward` with a torch cache. Extensions follow the state's choice.
         """
         prompt = [int(t) for t in input_ids]
         if not prompt or not all(0 <= t < self.config.vocab_size for t in prompt):
@@ -374,7 +364,7 @@ class TinyPolicy(nn.Module):
         ids = torch.tensor(prompt, dtype=torch.long, device=self.device)[None]  # (1, S)
         h = self._embed(ids, [list(images)])  # (1, S, d)
         s = ids.shape[1]
-        if _numpy_decodes(self.device):
+        if self.device.type == "cpu" if numpy is None else numpy:
             decoder = self._numpy_decoder()
             cache = decoder.new_cache(s + _DECODE_HEADROOM)
             return DecodeState(length=s, logprobs=decoder.run(h[0].numpy(), cache, 0), cache=cache, decoder=decoder)
@@ -427,7 +417,7 @@ class TinyPolicy(nn.Module):
     def _module_step(self, h: torch.Tensor, past, offset: int) -> tuple[np.ndarray, tuple]:
         """Positions [offset, offset + n) through the blocks' `forward` with the cache: (log-softmax [V] float64, new cache)."""
         n = h.shape[1]
-        h = h + _sinusoid(offset + n, self.config.d_model, dtype=h.dtype, device=h.device)[offset:]
+        h = h + sinusoid(offset + n, self.config.d_model, dtype=h.dtype, device=h.device)[offset:]
         new_past = []
         for layer, block in enumerate(self.blocks):
             h, _, kv = block(h, None, None if past is None else past[layer])

@@ -15,7 +15,6 @@ import numpy as np
 import pytest
 import torch
 
-from compactsim.harness.core import policy as policy_module
 from compactsim.harness.core import tokenizer as tok
 from compactsim.harness.core.errors import ConfigError
 from compactsim.harness.core.policy import PolicyConfig, TinyPolicy, configure_determinism
@@ -34,7 +33,7 @@ def _full(model: TinyPolicy, ids: list[int], images: list[torch.Tensor]) -> np.n
     return model.next_token_logprobs(ids, images).to(torch.float64).numpy()
 
 
-def _walk(model: TinyPolicy, seed: int, dtype: torch.dtype) -> int:
+def _walk(model: TinyPolicy, seed: int, dtype: torch.dtype, *, numpy: bool | None = None) -> int:
     """Random prompts (with images) and extensions of 1-5 tokens: every state against a full forward."""
     r = random.Random(seed)
     checked = 0
@@ -44,7 +43,7 @@ def _walk(model: TinyPolicy, seed: int, dtype: torch.dtype) -> int:
         for _img in images:
             at = r.randint(0, len(prompt))
             prompt[at:at] = [tok.IMAGE] * tok.IMAGE_PATCH_TOKENS
-        state = model.start_decoding(prompt, images)
+        state = model.start_decoding(prompt, images, numpy=numpy)
         ids = list(prompt)
         for _step in range(10):
             assert state.length == len(ids)
@@ -64,23 +63,22 @@ def test_numpy_decoding_equals_a_full_forward(dtype: torch.dtype, config: Policy
     assert _walk(TinyPolicy.from_seed(5, config, dtype=dtype), 7, dtype) == 40
 
 
-def test_module_path_decoding_equals_a_full_forward(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_module_path_decoding_equals_a_full_forward() -> None:
     """Off the CPU (GPU), decoding runs the blocks' `forward` with the cache; checked here on the CPU."""
     configure_determinism()
-    monkeypatch.setattr(policy_module, "_numpy_decodes", lambda device: False)
     model = TinyPolicy.from_seed(5, dtype=torch.float64)
-    assert model.start_decoding([40, 41]).decoder is None
-    assert _walk(model, 8, torch.float64) == 40
+    assert model.start_decoding([40, 41]).decoder is not None  # the CPU's default
+    assert model.start_decoding([40, 41], numpy=False).decoder is None
+    assert _walk(model, 8, torch.float64, numpy=False) == 40
 
 
-def test_both_paths_sample_the_same_tokens(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_both_paths_sample_the_same_tokens() -> None:
     """What the agreement is for: 200 inverse-CDF draws, the same token from either path."""
     configure_determinism()
     model = TinyPolicy.from_seed(3, dtype=torch.float64)
 
     def sample(numpy_path: bool) -> list[int]:
-        monkeypatch.setattr(policy_module, "_numpy_decodes", lambda device: numpy_path)
-        state, out = model.start_decoding(tok.encode_text("hello")), []
+        state, out = model.start_decoding(tok.encode_text("hello"), numpy=numpy_path), []
         for position in range(200):
             t = sample_text_token(state.logprobs, seed=11, request_digest="d", position=position)
             out.append(t)
