@@ -262,7 +262,10 @@ def _chat_segs(msg: Any, path: str) -> list[_Seg]:
             segs.append(_reasoning_seg(reasoning))
         if content:
             segs.append(_Seg("text", tuple(tok.encode_text(content))))
-        for j, call in enumerate(msg.get("tool_calls") or []):
+        calls = msg.get("tool_calls")
+        if calls is not None and not isinstance(calls, list | tuple):
+            raise _bad(f"{path}.tool_calls", f"expected a list of tool calls, found {type(calls).__name__}")
+        for j, call in enumerate(calls or []):
             p = f"{path}.tool_calls[{j}]"
             fn = call.get("function") if isinstance(call, Mapping) else None
             if not isinstance(fn, Mapping):

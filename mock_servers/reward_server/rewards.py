@@ -25,7 +25,8 @@ def rollout_identity(response: Mapping[str, Any], *, rollout_id: str | None, rol
 
 def final_answer(response: Mapping[str, Any]) -> str:
     """The text of the last assistant message in `output` ("" when there is none)."""
-    for item in reversed(list(response.get("output") or [])):
+    output = response.get("output")
+    for item in reversed(output if isinstance(output, list) else []):
         if isinstance(item, Mapping) and item.get("type") == "message" and item.get("role") == "assistant":
             content = item.get("content")
             if isinstance(content, str):

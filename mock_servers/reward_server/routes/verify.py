@@ -30,6 +30,11 @@ def answer(settings: RewardSettings, raw: bytes) -> Response:
         errors = exc.errors(include_url=False, include_context=False, include_input=False)
         return JSONResponse({"detail": [{"type": e["type"], "loc": ["body", *e["loc"]], "msg": e["msg"]} for e in errors]},
                             status_code=422)
+    output = body.response.get("output")
+    if output is not None and not isinstance(output, list):  # a Gym response's output is a list of items
+        return JSONResponse({"detail": [{"type": "list_type", "loc": ["body", "response", "output"],
+                                         "msg": f"Input should be a valid list, found {type(output).__name__}"}]},
+                            status_code=422)
     rid, index = rollout_identity(body.response, rollout_id=body.rollout_id, rollout_index=body.rollout_index)
     reward = choose_reward(settings, rollout_id=rid, rollout_index=index, answer=final_answer(body.response))
     result = VerifyResponse(

@@ -102,6 +102,21 @@ def test_render_errors_name_the_offending_path():
     assert "input[0].type: unsupported item type 'item_reference'" in str(err.value)
 
 
+@pytest.mark.parametrize("calls", [1, 0.5, True, "click", {"function": {"name": "f", "arguments": "{}"}}])
+def test_tool_calls_that_are_not_a_list_are_refused_naming_the_field(calls):
+    """Found by fuzzing the server: a truthy scalar there was iterated (TypeError, a 500); a string or
+    an object was read character by character or key by key."""
+    with pytest.raises(ConfigError) as err:
+        ct.render_chat([{"role": "user", "content": "go"}, {"role": "assistant", "content": "ok", "tool_calls": calls}])
+    assert f"messages[1].tool_calls: expected a list of tool calls, found {type(calls).__name__}" in str(err.value)
+
+
+def test_tool_calls_null_or_empty_render_as_none():
+    plain = ct.render_chat([{"role": "assistant", "content": "ok"}])
+    assert ct.render_chat([{"role": "assistant", "content": "ok", "tool_calls": None}]) == plain
+    assert ct.render_chat([{"role": "assistant", "content": "ok", "tool_calls": []}]) == plain
+
+
 def test_unknown_drift_mode_is_rejected():
     with pytest.raises(ConfigError) as err:
         ct.render("hi", drift="bogus")  # type: ignore[arg-type]

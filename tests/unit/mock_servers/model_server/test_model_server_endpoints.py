@@ -188,6 +188,18 @@ def test_template_errors_get_422_naming_the_item_path(scripted_settings):
     assert not_json.json()["detail"][0]["type"] == "json_invalid"
 
 
+def test_tool_calls_that_are_not_a_list_get_422_on_every_prompt_route(scripted_settings):
+    """Fuzz finding: `"tool_calls": 1` in an assistant message was a 500 (TypeError) on chat and /tokenize."""
+    messages = [{"role": "user", "content": "go"}, {"role": "assistant", "content": "ok", "tool_calls": 1}]
+    with client_for(scripted_settings) as c:
+        answers = [c.post("/v1/chat/completions", json={"messages": messages}), c.post("/tokenize", json={"messages": messages})]
+        log = c.get("/request_log").json()["entries"]
+    for r in answers:
+        assert r.status_code == 422, r.text
+        assert r.json()["detail"] == "messages[1].tool_calls: expected a list of tool calls, found int"
+    assert [(e["endpoint"], e["status"]) for e in log] == [("chat", 422), ("tokenize", 422)]
+
+
 def test_oversized_body_gets_413():
     settings = ServerSettings(limits=Limits(max_body_bytes=1024))
     with client_for(settings) as c:

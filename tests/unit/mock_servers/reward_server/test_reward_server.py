@@ -67,6 +67,24 @@ def test_missing_response_is_a_422_naming_the_field():
     assert resp.json()["detail"][0]["loc"] == ["body", "response"]
 
 
+@pytest.mark.parametrize("output", [5, True, 1.5, "text", {"type": "message"}])
+def test_a_response_output_that_is_not_a_list_is_a_422_naming_the_field(output):
+    """Found by fuzzing: a truthy scalar `output` crashed the final-answer lookup (a 500)."""
+    rule = RewardRule(kind="predicate", contains="open")
+    with TestClient(create_app(RewardSettings(rule=rule))) as client:
+        resp = client.post("/verify", json={"response": {"output": output}})
+    assert resp.status_code == 422, resp.text
+    (error,) = resp.json()["detail"]
+    assert (error["type"], error["loc"]) == ("list_type", ["body", "response", "output"])
+    assert error["msg"].endswith(f"found {type(output).__name__}")
+
+
+def test_a_response_without_output_has_no_final_answer():
+    rule = RewardRule(kind="predicate", contains="open", reward_true=1.0, reward_false=0.25)
+    assert _verify(RewardSettings(rule=rule), {"response": {}})["reward"] == 0.25
+    assert _verify(RewardSettings(rule=rule), {"response": {"output": None}})["reward"] == 0.25
+
+
 def test_oversized_body_is_a_413():
     with TestClient(create_app(RewardSettings(max_body_bytes=1024))) as client:
         resp = client.post("/verify", json={"response": {"output": [], "pad": "x" * 2000}})
