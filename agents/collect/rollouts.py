@@ -21,6 +21,7 @@ from compactsim.agents.evidence import emit_response, emit_result, responses_cre
 from compactsim.agents.rollout.ground_truth import ground_truth_log
 from compactsim.agents.rollout.gym_response import IdMint, derived_id
 from compactsim.agents.rollout.loop import CallFailed, RetryPolicy, ScriptedAgent, post_json
+from compactsim.agents.rollout.response_checks import reward_problem
 from compactsim.agents.rollout.record import RolloutFailure, RolloutRecord
 from compactsim.agents.rollout.script import RolloutSpec
 from compactsim.harness.core.digests import canonical_digest
@@ -81,9 +82,9 @@ def verify_reward(record: RolloutRecord, reward_client: httpx.Client, *, retry: 
         "rollout_index": record.spec.rollout_index,
     }
     data, _, _ = post_json(reward_client, "/verify", body, retry=retry,
-                           validate=lambda d: None if isinstance(d, dict) and "reward" in d else "no 'reward' field")
-    instance = data.get("instance_config") or {}
-    return float(data["reward"]), bool(instance.get("mask_sample", False))
+                           validate=reward_problem)
+    instance = data.get("instance_config") or {}  # shapes checked by `reward_problem`
+    return float(data["reward"]), bool(instance.get("mask_sample") or False)
 
 
 def run_rollout(

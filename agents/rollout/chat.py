@@ -108,16 +108,6 @@ def chat_body(responses_body: Mapping[str, Any]) -> dict[str, Any]:
     return body
 
 
-def completion_problem(data: Any) -> str | None:
-    """Why a 200 body is not a usable chat completion (None when it is)."""
-    if not isinstance(data, dict) or not isinstance(data.get("choices"), list) or not data["choices"]:
-        return "expected a chat completion with at least one choice"
-    choice = data["choices"][0]
-    if not isinstance(choice, dict) or not isinstance(choice.get("message"), dict):
-        return "choices[0].message is missing"
-    return None
-
-
 def completion_to_response(
     data: Mapping[str, Any], request: Mapping[str, Any] | None = None, *, mint: IdMint = derived_id
 ) -> dict[str, Any]:
@@ -174,4 +164,4 @@ def completion_to_response(
     return response
 
 
-__all__ = ["chat_body", "completion_problem", "completion_to_response", "items_to_messages"]
+__all__ = ["chat_body", "completion_to_response", "items_to_messages"]

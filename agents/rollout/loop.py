@@ -23,9 +23,10 @@ import httpx
 
 from compactsim.agents.items import function_call_output, function_calls, input_text, user_message
 from compactsim.agents.media.arena import media_id_for
-from compactsim.agents.rollout.chat import chat_body, completion_problem, completion_to_response
+from compactsim.agents.rollout.chat import chat_body, completion_to_response
 from compactsim.agents.rollout.gym_items import gym_input_items, gym_observation_item, gym_output_item
 from compactsim.agents.rollout.gym_response import IdMint, derived_id
+from compactsim.agents.rollout.response_checks import chat_completion_problem, lone_surrogate_problem, responses_problem
 from compactsim.agents.rollout.record import (
     TRANSIENT_FAILURES,
     Attempt,
@@ -89,7 +90,8 @@ def post_json(
     """POST JSON with bounded retries; returns (parsed body, attempts, body sent) or raises `CallFailed`.
 
     `validate` returns a reason when a 200 body is not the expected shape (retried as
-    `malformed_response`). `body_for_attempt(n)` may vary the body per attempt.
+    `malformed_response`, as is a body whose text no UTF-8 request could echo:
+    `response_checks.lone_surrogate_problem`). `body_for_attempt(n)` may vary the body per attempt.
     """
     attempts: list[Attempt] = []
     kind: FailureKind = "connection"
@@ -117,22 +119,13 @@ def post_json(
                 except ValueError as exc:
                     kind, detail = "malformed_response", f"body is not JSON ({exc}); {len(resp.content)} bytes"
                 else:
-                    problem = validate(data)
+                    problem = lone_surrogate_problem(resp.content, data) or validate(data)
                     if problem is None:
                         attempts.append(Attempt("ok"))
                         return data, tuple(attempts), payload
                     kind, detail = "malformed_response", problem
         attempts.append(Attempt(kind, detail))
     raise CallFailed(kind, tuple(attempts), f"{detail} (gave up after {retry.max_attempts} attempt(s))")
-
-
-def _responses_problem(data: Any) -> str | None:
-    if not isinstance(data, dict):
-        return f"expected a JSON object, found {type(data).__name__}"
-    output = data.get("output")
-    if not isinstance(output, list) or not all(isinstance(it, dict) and "type" in it for it in output):
-        return "field 'output' is not a list of typed items"
-    return None
 
 
 @dataclass
@@ -184,7 +177,7 @@ class ScriptedAgent:
                     self.chat_path if chat else self.responses_path,
                     body,
                     retry=self.retry,
-                    validate=completion_problem if chat else _responses_problem,
+                    validate=chat_completion_problem if chat else responses_problem,
                     body_for_attempt=lambda n, b=body: _attempt_body(b, n, chat=chat, hint=self.send_turn_hints),
                     sleep=self.sleep,
                 )

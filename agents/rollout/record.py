@@ -16,7 +16,7 @@ FailureKind = Literal[
     "server_unavailable",  # HTTP 5xx / 429 on every attempt of the retry budget
     "timeout",  # the request timed out on every attempt
     "connection",  # the connection failed or broke on every attempt
-    "malformed_response",  # the body was not a Responses object on every attempt
+    "malformed_response",  # the 200 body was not of the expected shape (`response_checks`) on every attempt
     "rejected_request",  # HTTP 4xx: the server refused the request (not retried)
     "evidence_violation",  # a Gym generation-time rule broke (token evidence, required prefix): not retried
 ]

@@ -19,6 +19,7 @@ from compactsim.agents.compaction.history import SemanticHistory
 from compactsim.agents.items import TOKEN_FIELDS, is_token_bearing
 from compactsim.agents.compaction.lineage import LineageDelta, PolicyDecision, UnitLineageRecord, lineage_delta
 from compactsim.agents.compaction.policies import build_policy
+from compactsim.agents.rollout.response_checks import output_item_problem
 from compactsim.harness.core.digests import canonical_digest, stable_id
 
 #: Gym's reasons why its generation contract is never training-eligible.
@@ -230,6 +231,9 @@ def capture_observed_completion(
             f"Expected exactly one generation evidence item for a model call, found {len(evidence)}",
         )
     item = evidence[0]
+    problem = output_item_problem(item, "the generation evidence item")
+    if problem is not None:  # the agent's own check already refused this answer; callers that skip it meet it here
+        raise EvidenceViolation("token_evidence_type", problem)
     prompt = tuple(int(t) for t in item[TOKEN_FIELDS[0]])
     sampled = tuple(int(t) for t in item[TOKEN_FIELDS[1]])
     logprobs = tuple(float(x) for x in item[TOKEN_FIELDS[2]])
