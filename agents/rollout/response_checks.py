@@ -28,6 +28,8 @@ def _kind(value: Any) -> str:
 def _int_list(value: Any, path: str) -> str | None:
     if not isinstance(value, list):
         return f"{path}: expected a list of token ids, found {_kind(value)}"
+    if set(map(type, value)) <= {int}:  # the common case, without a Python-level loop
+        return None
     for i, v in enumerate(value):
         if type(v) is not int:  # bool is an int subclass, and no token id
             return f"{path}[{i}]: expected an int token id, found {_kind(v)}"
@@ -37,6 +39,8 @@ def _int_list(value: Any, path: str) -> str | None:
 def _number_list(value: Any, path: str) -> str | None:
     if not isinstance(value, list):
         return f"{path}: expected a list of logprobs, found {_kind(value)}"
+    if set(map(type, value)) <= {int, float}:
+        return None
     for i, v in enumerate(value):
         if type(v) not in (int, float):
             return f"{path}[{i}]: expected a number, found {_kind(v)}"
