@@ -222,14 +222,24 @@ def _specs_of_groups(scenario: Any, specs: Sequence[Any], step: int, groups: set
     return [spec for spec in specs if (group_of[spec.rollout_id] in groups) == fresh]
 
 
-def _push_weights(client: Any, state: Any) -> None:
-    """`POST /weights`; the server's new `policy_version` must be the trainer's."""
+def _push_weights(client: Any, state: Any, *, step: int | None = None) -> ObservedError | None:
+    """`POST /weights`; the server's new `policy_version` must be the trainer's.
+
+    After a training step (`step`), a 422 is the server refusing the weights the backend left (a
+    NaN or an infinity): the run's observed error, after the step itself is recorded, so the
+    audit's findings on that step (`train.update`) are kept. Anything else is the harness's.
+    """
     resp = client.post("/weights", content=state.policy.to_bytes(), headers={"content-type": "application/octet-stream"})
+    if resp.status_code == 422 and step is not None:
+        detail = resp.json().get("detail")
+        return ObservedError(code="weights_refused", rollout_id=None, turn_id=None, step=step, stage="weights",
+                             message=f"the generation server refused the weights after step {step}: {detail}")
     if resp.status_code != 200:
         raise ConfigError("invalid_config", f"POST /weights answered {resp.status_code}: {resp.text[:200]}")
     version = int(resp.json()["policy_version"])
     if version != state.version:
         raise ConfigError("invalid_config", f"server policy_version {version} after the push; the trainer is at {state.version}")
+    return None
 
 
 def _sync_initial_weights(client: Any, state: Any, precision: str) -> None:
@@ -483,9 +493,10 @@ def _execute(
                 error = trained
                 break
             step, npz, meta_json = trained
+            refused = None
             if scenario.mode == "policy":
                 with clock.stage("weights"):
-                    _push_weights(servers.model, state)
+                    refused = _push_weights(servers.model, state, step=k)
                 generation_version = state.version
             steps.append(step)
             rows.append(sum(1 for r in step.rows if not r.is_padding))
@@ -493,6 +504,9 @@ def _execute(
             files[f"artifacts/step-{k:04d}.json"] = meta_json
             if on_event is not None:
                 on_event(ScenarioEvent(scenario.name, k + 1, scenario.steps))
+            if refused is not None:
+                error = refused
+                break
     metrics_lines = [{"step": st.step, **{k2: _num(v) for k2, v in st.metrics.items()}} for st in steps]
     files["metrics.jsonl"], data.metrics = _jsonl(metrics_lines)
     return ObservedRun(steps=tuple(steps), error=error), logs_by_step, rows

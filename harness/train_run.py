@@ -47,7 +47,7 @@ from compactsim.harness.core import metrics as M
 from compactsim.mock_servers.serving import OpenServers, open_mock_servers
 from compactsim.harness.core.artifacts import StepArtifact, encode_step_artifact, meta_to_json
 from compactsim.harness.core.contract import with_trainer_policy_version
-from compactsim.harness.core.errors import ConfigError
+from compactsim.harness.core.errors import CompactsimError, ConfigError
 from compactsim.harness.core.seeds import check_seed, derive_int
 from compactsim.harness.pipeline.backend import Backend, ReferenceBackend
 from compactsim.harness.pipeline.replay_buffer import BufferedGroup, ReplayBuffer, ReplaySample
@@ -311,7 +311,7 @@ def collect_groups(
     failed = [c for c in collected if c.status != "completed"]
     if failed:
         f = failed[0].failure or {}
-        raise RuntimeError(f"rollout {failed[0].rollout_id!r} failed: {f.get('kind')}: {f.get('detail')}")
+        raise ConfigError("training_failed", f"rollout {failed[0].rollout_id!r} failed: {f.get('kind')}: {f.get('detail')}")
     for c in collected:
         with_trainer_policy_version(c.result, generation_version)
     return collected
@@ -321,10 +321,10 @@ def _push_weights(client: Any, state: TrainState) -> int:
     """`POST /weights` with the trainer's weights; the server's new version must be the trainer's."""
     resp = client.post("/weights", content=state.policy.to_bytes(), headers={"content-type": "application/octet-stream"})
     if resp.status_code != 200:
-        raise RuntimeError(f"POST /weights answered {resp.status_code}: {resp.text[:200]}")
+        raise ConfigError("training_failed", f"POST /weights answered {resp.status_code}: {resp.text[:300]}")
     version = int(resp.json()["policy_version"])
     if version != state.version:
-        raise RuntimeError(f"server policy_version is {version} after the push; the trainer's weights are version {state.version}")
+        raise ConfigError("training_failed", f"server policy_version is {version} after the push; the trainer's weights are version {state.version}")
     return version
 
 
@@ -391,7 +391,7 @@ def run_training(
                     pending.update(members)
                     sample, buffer = buffer.sample(per_step, state.version, lead)
                     if sample is None:
-                        raise RuntimeError(f"replay buffer stalled at version {state.version}: fewer than {per_step} groups")
+                        raise ConfigError("training_failed", f"replay buffer stalled at version {state.version}: fewer than {per_step} groups")
                     results = sample.results
                     collected_all = [c for g in sample.groups for c in pending.pop(g.group_key)]
                 else:
@@ -400,16 +400,22 @@ def run_training(
                     results = [c.result for c in collected_all]
                 t1 = time.perf_counter()
                 # ---- plan, logical advantages, materialize (the backend under test)
-                plans = [backend.plan(r) for r in results]
-                batch = backend.materialize(plans, cfg)
+                with _backend_stage(step, "plan"):
+                    plans = [backend.plan(r) for r in results]
+                with _backend_stage(step, "materialize"):
+                    batch = backend.materialize(plans, cfg)
                 if sample is not None:
                     _check_group_versions(batch, sample)
                 t2 = time.perf_counter()
                 # ---- one optimizer step
-                result = backend.train_step(state, batch, cfg)
+                with _backend_stage(step, "train_step"):
+                    result = backend.train_step(state, batch, cfg)
                 t3 = time.perf_counter()
                 # ---- new weights to the generator
-                generation_version = _push_weights(clients.model, state)
+                try:
+                    generation_version = _push_weights(clients.model, state)
+                except ConfigError as exc:
+                    raise ConfigError("training_failed", f"step {step}: {exc.detail}") from None
                 t4 = time.perf_counter()
 
                 result = _with_replay(result, sample)
@@ -437,6 +443,17 @@ def run_training(
     if writer is not None:
         writer.finish(summary)
     return summary
+
+
+@contextmanager
+def _backend_stage(step: int, stage: str) -> Iterator[None]:
+    """A backend's own exception as a typed error naming the step and the stage (compactsim's own errors pass)."""
+    try:
+        yield
+    except CompactsimError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - whatever the backend under test raised
+        raise ConfigError("training_failed", f"step {step}: the backend's {stage} raised {type(exc).__name__}: {exc}") from exc
 
 
 def _sync_initial_weights(client: Any, state: TrainState, cfg: TrainerConfig) -> None:
@@ -467,7 +484,8 @@ def _check_group_versions(batch: Any, sample: ReplaySample) -> None:
     for rec in batch.logical:
         want = tag.get(rec.group_key)
         if want is not None and rec.generation_policy_version != want:
-            raise RuntimeError(
+            raise ConfigError(
+                "training_failed",
                 f"rollout {rec.rollout_id!r} carries generation policy_version {rec.generation_policy_version}; its "
                 f"replay-buffer group {rec.group_key!r} was generated at version {want}"
             )

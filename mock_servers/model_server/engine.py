@@ -20,6 +20,7 @@ never forwarded) is the placeholder ``arange(K)``.
 
 from __future__ import annotations
 
+import math
 import threading
 from collections import Counter
 from collections.abc import Mapping
@@ -327,6 +328,9 @@ class Engine:
             policy = TinyPolicy.load_bytes(data, dtype=self._torch_dtype(), device=self.settings.policy.device)
         except ConfigError as exc:
             raise RequestRejected(422, f"body: {exc.detail}") from None
+        problem = _non_finite_parameter(policy)
+        if problem is not None:  # a diverged trainer's weights: refused here, not a 500 on every later call
+            raise RequestRejected(422, f"body: {problem}; the served weights stay at policy_version {self._policy_version}")
         return self._install(policy, bump=True)
 
     def load_seed(self, seed: int) -> int:
@@ -450,6 +454,10 @@ class Engine:
         rows = lp_all[p - 1: p - 1 + g]  # (G, V) distribution of each sampled token
         idx = torch.tensor(sampled, dtype=torch.long, device=rows.device)[:, None]
         lps = rows.gather(-1, idx)[:, 0].to("cpu", torch.float64).tolist()
+        if not all(map(math.isfinite, lps)):  # finite weights whose activations overflow: no logprob to report
+            bad = next(i for i, v in enumerate(lps) if not math.isfinite(v))
+            raise RequestRejected(422, f"the policy (policy_version {version}) gives a non-finite logprob ({lps[bad]}) "
+                                       f"for generated token {bad}: its weights overflow the {policy.dtype} forward")
         top: tuple = ()
         if top_n > 0:
             rows_np = rows.to("cpu", torch.float64).numpy()
@@ -458,6 +466,19 @@ class Engine:
         routes = np.concatenate([routes_t.to("cpu").numpy().astype(np.int64),
                                  placeholder_row(policy.config.n_layers, policy.config.top_k)[None]], axis=0)
         return {"sampled": sampled, "logprobs": lps, "routes": routes, "top": top, "version": version}
+
+
+def _non_finite_parameter(policy) -> str | None:
+    """The first parameter holding a NaN or an infinity, named with its count and first index (None when all are finite)."""
+    import torch
+
+    for name, p in policy.named_parameters():
+        bad = ~torch.isfinite(p.detach())
+        if bool(bad.any()):
+            where = tuple(int(i) for i in bad.nonzero()[0])
+            return (f"parameter {name!r} holds {int(bad.sum())} non-finite value(s), the first at {list(where)}: "
+                    f"{float(p.detach()[where])}")
+    return None
 
 
 def _free_positions(template: list[int]) -> set[int]:

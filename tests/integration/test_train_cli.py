@@ -47,3 +47,23 @@ def test_train_command_rejects_a_backend_that_does_not_load(tmp_path):
     result = runner.invoke(app, ["train", "pr-validation-no-compaction", "--out", str(tmp_path), "--backend", "nope"])
     assert result.exit_code == 2
     assert "expected 'module:attr'" in result.stderr
+
+
+def test_a_backend_that_crashes_is_a_typed_error_naming_the_step_and_stage(tmp_path):
+    result = runner.invoke(app, ["train", "pr-validation-no-compaction", "--steps", "1", "--out", str(tmp_path),
+                                 "--no-save-rollouts", "--backend", "tests.quality.crashing_train_step:Backend", "--json"])
+    assert result.exit_code == 2, result.output
+    assert json.loads(result.stdout) == {
+        "error_code": "training_failed",
+        "message": "training_failed: step 0: the backend's train_step raised RuntimeError: "
+                   "CUDA error: an illegal memory access was encountered"}
+
+
+def test_weights_the_generation_server_refuses_end_the_run_with_a_typed_error(tmp_path):
+    """A NaN left by the backend: the push after step 0 is refused (422), and the command says so instead of a traceback."""
+    result = runner.invoke(app, ["train", "layout-dp2-kl-steps-clip-binds", "--steps", "2", "--out", str(tmp_path),
+                                 "--no-save-rollouts", "--backend", "tests.quality.non_finite_weights:Backend"])
+    assert result.exit_code == 2, result.output
+    assert "error: training_failed: step 0: POST /weights answered 422: " in result.output
+    assert "parameter 'patch_pos' holds 1 non-finite value(s), the first at [0, 0]: nan" in result.output
+    assert "Traceback" not in result.output

@@ -107,6 +107,18 @@ def test_broken_backend_provokes_its_paired_finding(module: str):
     assert all(f.reproduce == f"compactsim run {mod.SCENARIO} --seed 0 --backend {spec}" for f in rec.findings)
 
 
+def test_weights_the_server_refuses_end_the_run_after_the_step_keeping_its_findings():
+    """A NaN left in the weights: the step's `train.update` names the parameter, the push after it is the observed error."""
+    spec = "tests.quality.non_finite_weights:Backend"
+    rec = record_of("layout-dp2-kl-steps-clip-binds", spec)
+    assert (rec.passed, rec.observed, rec.steps) == (False, "error:weights_refused", 1)
+    assert [(f.check, f.step) for f in rec.findings] == [("verdict.unexpected_error", 0), ("train.update", 0)]
+    assert rec.findings[1].row == "patch_pos"
+    assert (rec.error.stage, rec.error.step) == ("weights", 0)
+    assert rec.error.message == ("the generation server refused the weights after step 0: body: parameter 'patch_pos' holds "
+                                 "1 non-finite value(s), the first at [0, 0]: nan; the served weights stay at policy_version 0")
+
+
 @pytest.mark.parametrize("module", MISREPORTING)
 def test_a_misreported_loss_metric_is_named_by_its_key_and_nothing_else_is_found(module: str):
     mod = importlib.import_module(f"tests.quality.{module}")

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 
 from compactsim.harness.core import chat_template as ct
 from compactsim.harness.core import tokenizer as tok
 from compactsim.harness.core.images import decode_data_url
 from compactsim.harness.core.policy import TinyPolicy
+from compactsim.mock_servers.model_server import ServerSettings
 from compactsim.mock_servers.model_server.sampling import TEXT_ALPHABET
-from tests.unit.mock_servers.model_server.server_builders import IMAGE_URL, chat_body, client_for, meta, user_items
+from tests.unit.mock_servers.model_server.server_builders import IMAGE_URL, SCRIPT, chat_body, client_for, meta, user_items
 
 
 def _offline(policy: TinyPolicy, prompt: list[int], sampled: list[int], with_image: bool):
@@ -107,6 +109,41 @@ def test_weights_that_are_not_a_policy_checkpoint_get_422(policy_settings):
     assert bad_seed.json()["detail"][0]["loc"] == ["body", "seed"]
     assert typo_seeds == [422, 422, 422]  # true, "1" and 1.0 are not seeds (they used to load seed 1)
     assert version == 0
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf")])
+def test_weights_holding_a_non_finite_value_get_422_and_the_served_weights_stay(policy_settings, value):
+    """A diverged trainer's push used to be accepted, then every generation was a 500 (NaN logprobs are no JSON)."""
+    new = TinyPolicy.from_seed(99, dtype=torch.float64)
+    with torch.no_grad():
+        new.lm_head.weight[3, 5] = value
+    body = {"input": user_items(image=False), "metadata": meta("r1", 3)}
+    with client_for(policy_settings) as c:
+        before = c.get("/weights").json()
+        r = c.post("/weights", content=new.to_bytes(), headers={"content-type": "application/octet-stream"})
+        after = c.get("/weights").json()
+        answer = c.post("/v1/responses", json=body)
+    assert r.status_code == 422
+    assert r.json()["detail"] == (f"body: parameter 'lm_head.weight' holds 1 non-finite value(s), the first at [3, 5]: {value}; "
+                                  "the served weights stay at policy_version 0")
+    assert after == before
+    assert (answer.status_code, answer.json()["policy_version"]) == (200, 0)
+
+
+@pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning", "ignore:invalid value encountered:RuntimeWarning")
+def test_a_policy_whose_forward_overflows_gets_422_naming_the_token():
+    """Finite weights, infinite logits (float32 overflow): a typed refusal instead of a 500."""
+    settings = ServerSettings(mode="policy", seed=7, script=SCRIPT, policy={"dtype": "float32"})
+    new = TinyPolicy.from_seed(99, dtype=torch.float32)
+    with torch.no_grad():  # logits past float32's largest value: inf - inf = NaN in the log-softmax
+        new.lm_head.bias.fill_(3.4e38)
+        new.lm_head.weight.mul_(1e36)
+    with client_for(settings) as c:
+        assert c.post("/weights", content=new.to_bytes(), headers={"content-type": "application/octet-stream"}).status_code == 200
+        r = c.post("/v1/responses", json={"input": user_items(image=False), "metadata": meta("r1", 3)})
+    assert r.status_code == 422
+    assert r.json()["detail"].startswith("the policy (policy_version 1) gives a non-finite logprob (")
+    assert r.json()["detail"].endswith("its weights overflow the torch.float32 forward")
 
 
 def test_policy_sampling_depends_on_the_seed():
