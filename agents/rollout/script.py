@@ -52,6 +52,17 @@ class ImageSpec(_Strict):
         return input_image(png_data_url(render_png(self.recipe(), seed=seed)), detail=self.detail)
 
 
+def _check_utf8(field: str, text: str | None) -> None:
+    """A lone surrogate (``\ud800`` in a YAML or JSON script) is no text: no UTF-8 request or answer can carry it."""
+    if text is None:
+        return
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError(f"{field}: holds a lone surrogate U+{ord(text[exc.start]):04X} at index {exc.start}, "
+                         "which is not text (no request can carry it)") from None
+
+
 class ToolResult(_Strict):
     """What a tool returns: a text output and, optionally, images shown in a follow-up user message."""
 
@@ -90,7 +101,18 @@ class TurnScript(_Strict):
             raise ValueError(
                 f"tool_results has {len(self.tool_results)} entries for {len(self.tool_calls)} tool calls"
             )
+        for field, text in self._texts():
+            _check_utf8(field, text)
         return self
+
+    def _texts(self) -> list[tuple[str, str | None]]:
+        """Every string this turn puts on the wire (the model's answer, the tools' outputs), by field."""
+        out: list[tuple[str, str | None]] = [("reasoning", self.reasoning), ("text", self.text)]
+        for j, call in enumerate(self.tool_calls):
+            out += [(f"tool_calls[{j}].name", call.name), (f"tool_calls[{j}].arguments", call.arguments_text())]
+        for j, result in enumerate(self.tool_results):
+            out += [(f"tool_results[{j}].output", result.output), (f"tool_results[{j}].caption", result.caption)]
+        return out
 
     def result_for(self, index: int) -> ToolResult:
         """The scripted result of the `index`-th tool call (default: output "ok", no image)."""

@@ -18,6 +18,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from compactsim.harness.core.chat_template import DRIFT_MODES, AssistantAction, ToolCall, encode_action
 from compactsim.harness.core.contract import FLOAT32_MAX
+from compactsim.harness.core import tokenizer as tok
+from compactsim.harness.core.errors import ConfigError
 
 Mode = Literal["scripted", "policy"]
 
@@ -80,8 +82,18 @@ class ScriptStep(_Strict):
     def _check(self) -> ScriptStep:
         if self.reasoning is None and not self.text and not self.tool_calls:
             raise ValueError("a step needs at least one of reasoning, text or tool_calls")
+        # the answer must be tokens: a text the tokenizer refuses would be a 500 on the call that needs it
+        texts = [("reasoning", self.reasoning), ("text", self.text)]
+        for j, call in enumerate(self.tool_calls):
+            texts += [(f"tool_calls[{j}].name", call.name), (f"tool_calls[{j}].arguments", call.arguments_text())]
+        for field, value in texts:
+            try:
+                tok.encode_text(value or "")
+            except ConfigError as exc:
+                raise ValueError(f"{field}: {exc.detail}") from None
+        ids = self.sampled_ids()
         if self.logprobs is not None:
-            n = len(self.sampled_ids())
+            n = len(ids)
             if len(self.logprobs) != n:
                 raise ValueError(f"logprobs has {len(self.logprobs)} values; the step samples {n} ids")
             if any(not (lp <= 0.0) for lp in self.logprobs):
