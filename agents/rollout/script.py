@@ -53,7 +53,7 @@ class ImageSpec(_Strict):
 
 
 def _check_utf8(field: str, text: str | None) -> None:
-    """A lone surrogate (``\ud800`` in a YAML or JSON script) is no text: no UTF-8 request or answer can carry it."""
+    """A lone surrogate (``\\ud800`` in a YAML or JSON script) is no text: no UTF-8 request or answer can carry it."""
     if text is None:
         return
     try:
