@@ -185,6 +185,52 @@ def _check_consistent(source: str, document: Mapping[str, Any], rows: Mapping[in
                              f"expectation.json has {document['verdict']!r}, {len(steps)}, {document['error']}")
 
 
+#: Each `trainer` field and the `trainer.config` key (NeMo-RL names) it restates.
+RESTATED_CONFIG: dict[str, tuple[str, ...]] = {
+    "num_generations_per_prompt": ("grpo", "num_generations_per_prompt"),
+    "leave_one_out": ("grpo", "use_leave_one_out_baseline"),
+    "normalize": ("grpo", "normalize_rewards"),
+    "clip_low": ("grpo", "advantage_clip_low"),
+    "clip_high": ("grpo", "advantage_clip_high"),
+    "dp_size": ("policy", "dp_size"),
+    "micro_batch_size": ("policy", "train_micro_batch_size"),
+    "async_mode": ("grpo", "async_grpo", "enabled"),
+    "importance_sampling_correction": ("loss_fn", "use_importance_sampling_correction"),
+    "router_replay": ("policy", "router_replay_enabled"),
+    "max_total_sequence_length": ("policy", "max_total_sequence_length"),
+    "make_sequence_length_divisible_by": ("policy", "make_sequence_length_divisible_by"),
+    "precision": ("policy", "precision"),
+}
+
+
+def _check_trainer(source: str, trainer: Mapping[str, Any]) -> None:
+    """`trainer.config` is a trainer configuration the physical-trace path accepts, and every other
+    `trainer` field states what it says.
+
+    Why: `verify` (and a trainer following the spec) reads the fields, a trainer configured from the
+    full config reads `config`; a golden edited in one place and not the other (digests recomputed)
+    would tell the two different things, and the rows could only match one of them.
+    """
+    from compactsim.harness.pipeline.train_config import validate_physical_trace_training_config
+
+    def bad(field: str, problem: str) -> InputError:
+        return InputError(source, None, field, f"{problem}; the golden files are inconsistent (export them again)")
+
+    try:
+        config = validate_physical_trace_training_config(trainer["config"]).model_dump(mode="json")
+    except ConfigError as exc:
+        problems = "; ".join(exc.violations[:3]) + ("; ..." if len(exc.violations) > 3 else "")
+        raise bad("trainer/config", f"not a trainer configuration the physical-trace path accepts: "
+                                    f"{problems or exc.detail}") from None
+    for field, path in RESTATED_CONFIG.items():
+        value: Any = config
+        for key in path:
+            value = value[key]
+        stated = trainer[field]
+        if stated != value or isinstance(stated, bool) != isinstance(value, bool):
+            raise bad(f"trainer/{field}", f"{stated!r}, but trainer.config.{'.'.join(path)} is {value!r}")
+
+
 def read_scenario(files: GoldenFiles, name: str, entry: ScenarioEntry | None = None) -> GoldenScenario:
     """Scenario `name` of a checked golden directory, every file it reads listed in the manifest."""
     base = f"scenarios/{name}"
@@ -196,6 +242,7 @@ def read_scenario(files: GoldenFiles, name: str, entry: ScenarioEntry | None = N
         for k, data in enumerate(document["steps"]) if data["rows"]["file"] is not None
     }
     _check_consistent(files.source(path), document, rows, entry)
+    _check_trainer(files.source(path), document["trainer"])
     try:
         expectation = expectation_from_document(document, rows)
         trainer = TrainerSettings.from_json(document["trainer"])
@@ -244,4 +291,4 @@ def read_golden(directory: Path, scenarios: Sequence[str] | None = None) -> Gold
     return Golden(directory=directory, manifest=manifest, scenarios=tuple(loaded))
 
 
-__all__ = ["Golden", "GoldenScenario", "read_golden", "read_scenario"]
+__all__ = ["RESTATED_CONFIG", "Golden", "GoldenScenario", "read_golden", "read_scenario"]

@@ -274,6 +274,18 @@ FORGED = {
     "verdict_without_error": (_edit_expectation(_declare_error), ("field verdict: 'error' with error None disagrees",)),
     "row_listed_twice": (_duplicate_first_row, ("field steps[0].rows: says",)),
     "manifest_step_count": (_manifest_steps, ("the manifest lists verdict 'success', 99 step(s)",)),
+    # the trainer fields restate `trainer.config`: an edit to one side only is refused, naming both
+    "normalize_flipped": (_edit_expectation(lambda d: d["trainer"].update(normalize=not d["trainer"]["normalize"])),
+                          ("field trainer/normalize:", "but trainer.config.grpo.normalize_rewards is")),
+    "config_group_size": (_edit_expectation(lambda d: d["trainer"]["config"]["grpo"].update(num_generations_per_prompt=7)),
+                          ("field trainer/config:", "train_global_batch_size")),
+    "config_value_of_another_type": (_edit_expectation(lambda d: d["trainer"]["config"]["grpo"].update(normalize_rewards="x")),
+                                     ("field trainer/config:", "grpo.normalize_rewards='x'")),
+    "config_unsupported": (_edit_expectation(lambda d: d["trainer"]["config"]["policy"].update(sequence_packing_enabled=True)),
+                           ("field trainer/config:", "policy.sequence_packing_enabled=True is unsupported")),
+    "config_leave_one_out": (_edit_expectation(lambda d: d["trainer"]["config"]["grpo"].update(
+        use_leave_one_out_baseline=not d["trainer"]["leave_one_out"])),
+        ("field trainer/leave_one_out:", "trainer.config.grpo.use_leave_one_out_baseline")),
 }
 
 

@@ -26,7 +26,10 @@ def trainer(dp_size: int = 1, micro_batch_size: int = 3) -> TrainerSettings:
     return TrainerSettings(
         num_generations_per_prompt=2, leave_one_out=True, normalize=True, clip_low=None, clip_high=None,
         dp_size=dp_size, micro_batch_size=micro_batch_size, async_mode=False, importance_sampling_correction=False,
-        precision="float64", config={"policy": {"dp_size": dp_size}},
+        precision="float64",
+        config={"grpo": {"num_prompts_per_step": 1, "num_generations_per_prompt": 2},  # what the fields restate
+                "policy": {"dp_size": dp_size, "train_micro_batch_size": micro_batch_size, "train_global_batch_size": 2,
+                           "precision": "float64"}},
     )
 
 
