@@ -111,7 +111,7 @@ def _write(path: Path, lines: list[str]) -> Path:
     return path
 
 
-@hypothesis_settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@hypothesis_settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data(), which=st.sampled_from(["rows", "rows", "metrics"]), as_json=st.booleans(), strict=st.booleans())
 def test_a_mutated_dump_gets_a_verdict_or_one_typed_error(exported, tmp_path_factory, data, which, as_json, strict):
     golden, rows, metrics = exported
