@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from compactsim.harness.cli import app
+from tests.property.json_paths import at, paths
 
 pytestmark = [pytest.mark.timeout(600), pytest.mark.filterwarnings("ignore::DeprecationWarning")]
 
@@ -49,23 +50,6 @@ def exported(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[dict[
     return base / "g", read("rows.jsonl"), read("metrics.jsonl")
 
 
-def _paths(node: Any, path: tuple = ()) -> list[tuple]:
-    out = [path]
-    if isinstance(node, dict):
-        for key, child in node.items():
-            out += _paths(child, (*path, key))
-    elif isinstance(node, list):
-        for i, child in enumerate(node[:4]):  # long per-token lists: their first entries stand for the rest
-            out += _paths(child, (*path, i))
-    return out
-
-
-def _at(node: Any, path: tuple) -> Any:
-    for key in path:
-        node = node[key]
-    return node
-
-
 @st.composite
 def mutated_lines(draw: st.DrawFn, lines: list[dict[str, Any]]) -> list[str]:
     """The dump's lines (as text) after one to three mutations (see the module docstring)."""
@@ -84,11 +68,11 @@ def mutated_lines(draw: st.DrawFn, lines: list[dict[str, Any]]) -> list[str]:
             else:
                 texts[i] = draw(st.sampled_from(["{", "[]", "null", '{"scenario": ', "\x00", "{}{}", "1e999"]))
             continue
-        paths = _paths(objs[i])[1:]
-        if not paths:
+        where = paths(objs[i], entries=4)[1:]  # long per-token lists: their first entries stand for the rest
+        if not where:
             continue
-        path = draw(st.sampled_from(paths))
-        parent, key = _at(objs[i], path[:-1]), path[-1]
+        path = draw(st.sampled_from(where))
+        parent, key = at(objs[i], path[:-1]), path[-1]
         if action == "value":
             parent[key] = draw(_values)
         elif action == "number":  # the same number in another form (a float where an int was), or a neighbour

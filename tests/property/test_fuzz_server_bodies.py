@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 from compactsim.mock_servers.model_server import ServerSettings
 from compactsim.mock_servers.reward_server import RewardRule, RewardSettings
 from compactsim.mock_servers.reward_server import create_app as create_reward_app
+from tests.property.json_paths import at, paths
 from tests.unit.mock_servers.model_server.server_builders import IMAGE_URL, SCRIPT, SyncASGIClient, client_for, meta
 
 pytestmark = pytest.mark.filterwarnings("ignore:Using `httpx` with `starlette.testclient`")
@@ -68,33 +69,16 @@ _values = st.recursive(_scalars, lambda inner: st.lists(inner, max_size=3) | st.
                        max_leaves=6)
 
 
-def _paths(node: Any, path: tuple = ()) -> list[tuple]:
-    out = [path]
-    if isinstance(node, dict):
-        for key, child in node.items():
-            out += _paths(child, (*path, key))
-    elif isinstance(node, list):
-        for i, child in enumerate(node):
-            out += _paths(child, (*path, i))
-    return out
-
-
-def _at(node: Any, path: tuple) -> Any:
-    for key in path:
-        node = node[key]
-    return node
-
-
 @st.composite
 def mutated(draw: st.DrawFn, base: dict) -> dict:
     """`base` with one to three mutations (see the module docstring)."""
     body = copy.deepcopy(base)
     donors = [CHAT, RESPONSES, TOKENIZE, VERIFY]
     for _ in range(draw(st.integers(1, 3))):
-        path = draw(st.sampled_from(_paths(body)[1:] or [()]))
+        path = draw(st.sampled_from(paths(body)[1:] or [()]))
         if not path:
             break
-        parent, key = _at(body, path[:-1]), path[-1]
+        parent, key = at(body, path[:-1]), path[-1]
         action = draw(st.sampled_from(["flip", "flip", "replace", "graft", "remove", "add"]))
         if action == "flip":  # a value of another JSON type: a container where a scalar was, and the reverse
             parent[key] = draw(_scalars if isinstance(parent[key], dict | list) else _containers)
@@ -102,7 +86,7 @@ def mutated(draw: st.DrawFn, base: dict) -> dict:
             parent[key] = draw(_values)
         elif action == "graft":
             donor = draw(st.sampled_from(donors))
-            parent[key] = copy.deepcopy(_at(donor, draw(st.sampled_from(_paths(donor)))))
+            parent[key] = copy.deepcopy(at(donor, draw(st.sampled_from(paths(donor)))))
         elif action == "remove":
             del parent[key]
         elif isinstance(parent, dict):
