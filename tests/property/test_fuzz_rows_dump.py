@@ -64,7 +64,7 @@ def mutated_lines(draw: st.DrawFn, lines: list[dict[str, Any]]) -> list[str]:
                 objs.append(json.loads(json.dumps(objs[i])))
             elif kind == "drop" and len(objs) > 1:
                 objs.pop(i)
-                texts = {}
+                texts = {}  # the later lines moved up: earlier text replacements would land on other lines
             else:
                 texts[i] = draw(st.sampled_from(["{", "[]", "null", '{"scenario": ', "\x00", "{}{}", "1e999"]))
             continue
@@ -91,7 +91,7 @@ def mutated_lines(draw: st.DrawFn, lines: list[dict[str, Any]]) -> list[str]:
 
 
 def _write(path: Path, lines: list[str]) -> Path:
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8", errors="surrogatepass")
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return path
 
 

@@ -4,6 +4,7 @@ decodes to the same objects either way, and every forged file still fails with t
 from __future__ import annotations
 
 import copy
+import dataclasses
 import hashlib
 import json
 import random
@@ -20,6 +21,7 @@ from compactsim.harness.golden import manifest as manifest_module
 from compactsim.harness.golden import schema as schema_module
 from compactsim.harness.golden.codec import (
     PayloadGroup,
+    TrainerSettings,
     expectation_document,
     json_document,
     json_lines,
@@ -27,7 +29,7 @@ from compactsim.harness.golden.codec import (
     step_row_lines,
 )
 from compactsim.harness.golden.manifest import MANIFEST, ScenarioEntry, build_manifest
-from compactsim.harness.golden.reader import Golden, read_golden
+from compactsim.harness.golden.reader import RESTATED_CONFIG, Golden, read_golden
 from compactsim.harness.golden.schema import (
     SCHEMA_NAMES,
     UnsupportedSchema,
@@ -428,3 +430,8 @@ def test_read_golden_refuses_arguments_of_the_wrong_type_before_reading(args, sa
     """A bare string of names used to be read character by character ("no scenario 'n'")."""
     with pytest.raises(ConfigError, match=re.escape(says)):
         read_golden(*args)
+
+
+def test_every_trainer_field_but_the_config_is_checked_against_the_config():
+    """A `TrainerSettings` field left out of `RESTATED_CONFIG` would never be compared with `trainer.config`."""
+    assert set(RESTATED_CONFIG) == {f.name for f in dataclasses.fields(TrainerSettings)} - {"config"}
