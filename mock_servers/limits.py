@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import hashlib
 import json
 import logging
 import math
@@ -261,9 +262,10 @@ class _BodyTimedOut(Exception):
 #: the app runs, so no client can stall it and `BodyLimitMiddleware` sets no body deadline at all.
 BODY_IN_MEMORY: contextvars.ContextVar[bool] = contextvars.ContextVar("compactsim_body_in_memory", default=False)
 
-#: Told of each 408 before it is sent: (request path, the body bytes that did arrive, the answer's
-#: JSON object, the answer's bytes as sent), so a server can log the refusal like its others.
-BodyTimeoutHook = Callable[[str, bytes, dict[str, Any], bytes], None]
+#: Told of each refusal the middleware answers itself (413, 408) before it is sent: (request path,
+#: status, sha256 hex of the body bytes read before answering, the answer's JSON object, the answer's
+#: bytes as sent), so a server can log the refusal like its others.
+BodyRefusalHook = Callable[[str, int, str, dict[str, Any], bytes], None]
 
 
 async def _receive_by(receive: Receive, deadline: float | None) -> Message | None:
@@ -289,22 +291,22 @@ class BodyLimitMiddleware:
     client that sends fewer bytes than its ``Content-Length`` (or stops mid-body) would hold the
     connection and the handler forever. Past the deadline the answer is 408
     ``{"detail", "limit": "body_timeout_s", "field": "body"}`` with ``connection: close`` (the
-    rest of the body may still be on its way, so the connection cannot be reused); `on_body_timeout`
-    hears of it first. It also bounds the drain before a 413. The deadline is the only
+    rest of the body may still be on its way, so the connection cannot be reused); `on_refusal`
+    hears of it first. It also bounds the drain before a 413, which `on_refusal` hears of too. The deadline is the only
     clock-dependent decision: every answer sent before it is unchanged, and a transport that
     holds the whole body in memory (`BODY_IN_MEMORY`) gets no timer at all.
     """
 
     def __init__(self, app: ASGIApp, *, max_body_bytes: int, path_caps: dict[str, tuple[str, int]] | None = None,
                  limit_name: str = "max_body_bytes", drain_factor: int = 4, body_timeout_s: float | None = None,
-                 timeout_name: str = "body_timeout_s", on_body_timeout: BodyTimeoutHook | None = None) -> None:
+                 timeout_name: str = "body_timeout_s", on_refusal: BodyRefusalHook | None = None) -> None:
         self.app = app
         self.default = (limit_name, max_body_bytes)
         self.path_caps = dict(path_caps or {})
         self.drain_factor = drain_factor
         self.body_timeout_s = body_timeout_s
         self.timeout_name = timeout_name
-        self.on_body_timeout = on_body_timeout
+        self.on_refusal = on_refusal
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -315,16 +317,17 @@ class BodyLimitMiddleware:
         deadline = None
         if self.body_timeout_s is not None and not BODY_IN_MEMORY.get():
             deadline = asyncio.get_running_loop().time() + self.body_timeout_s
+        # what arrived of a body not yet complete, kept only for the hook's digest of a refusal
+        # (references to the chunks the app holds anyway; dropped once the body is complete)
+        arrived: list[bytes] | None = [] if self.on_refusal is not None else None
         if declared is not None and declared > cap:
-            await self._reject(receive, send, name, cap, declared, seen=0, done=False, deadline=deadline)
+            await self._reject(scope, receive, send, name, cap, declared, seen=0, done=False, deadline=deadline,
+                               arrived=arrived)
             return
         seen = 0
         done = False
         started = False
         pending_body = bool(declared) or _is_chunked(scope)
-        # what arrived of a body not yet complete, kept only for the hook's digest of a 408
-        # (references to the chunks the app holds anyway; dropped once the body is complete)
-        arrived: list[bytes] | None = [] if self.on_body_timeout is not None else None
 
         async def limited() -> Message:
             nonlocal seen, done
@@ -336,12 +339,11 @@ class BodyLimitMiddleware:
                 seen += len(chunk)
                 done = not msg.get("more_body", False)
                 if arrived is not None:
-                    if done:
-                        arrived.clear()
-                    else:
-                        arrived.append(chunk)
+                    arrived.append(chunk)
                 if seen > cap:
                     raise _TooLarge(seen)
+                if done and arrived is not None:
+                    arrived.clear()
             return msg
 
         async def tracking_send(msg: Message) -> None:
@@ -357,34 +359,59 @@ class BodyLimitMiddleware:
         except _TooLarge as exc:
             if started:
                 raise
-            await self._reject(receive, send, name, cap, exc.seen, seen=exc.seen, done=done, deadline=deadline)
+            await self._reject(scope, receive, send, name, cap, exc.seen, seen=exc.seen, done=done, deadline=deadline,
+                               arrived=arrived)
         except _BodyTimedOut as exc:
             if started:
                 raise
-            await self._timed_out(scope, send, declared, exc.seen, b"".join(arrived or ()))
+            await self._timed_out(scope, send, declared, exc.seen, arrived)
 
-    async def _reject(self, receive: Receive, send: Send, name: str, cap: int, size: int, *, seen: int, done: bool,
-                      deadline: float | None) -> None:
+    async def _reject(self, scope: Scope, receive: Receive, send: Send, name: str, cap: int, size: int, *, seen: int,
+                      done: bool, deadline: float | None, arrived: list[bytes] | None) -> None:
+        """The 413, after draining up to `drain_factor` × the cap (hashed for the hook, never kept)."""
+        digest = _Sha256(arrived)
         bound = cap * self.drain_factor
         while not done and seen <= bound:
             msg = await _receive_by(receive, deadline)
             if msg is None or msg["type"] != "http.request":
                 break
-            seen += len(msg.get("body", b""))
+            chunk = msg.get("body", b"")
+            digest.update(chunk)
+            seen += len(chunk)
             done = not msg.get("more_body", False)
-        detail = f"request body is {max(size, seen)} bytes; the limit is {cap}"
-        await send_json(send, 413, {"detail": detail, "limit": name, "field": "body"}, close=not done)
+        answer = LimitExceeded(413, name, "body", f"request body is {max(size, seen)} bytes; the limit is {cap}").body()
+        body = _json_bytes(answer)
+        if self.on_refusal is not None:
+            self.on_refusal(scope.get("path", ""), 413, digest.hexdigest(), answer, body)
+        await _send_body(send, 413, body, close=not done)
 
-    async def _timed_out(self, scope: Scope, send: Send, declared: int | None, seen: int, arrived: bytes) -> None:
+    async def _timed_out(self, scope: Scope, send: Send, declared: int | None, seen: int,
+                         arrived: list[bytes] | None) -> None:
         """The 408: its detail is a function of the limit and the bytes that arrived, never of a clock reading."""
         got = f"{seen} of {declared} declared bytes" if declared is not None else f"{seen} bytes"
         answer = LimitExceeded(408, self.timeout_name, "body",
                                f"not complete within the limit of {self.body_timeout_s:g} s: "
                                f"{got} arrived").body()
         body = _json_bytes(answer)
-        if self.on_body_timeout is not None:
-            self.on_body_timeout(scope.get("path", ""), arrived, answer, body)
+        if self.on_refusal is not None:
+            self.on_refusal(scope.get("path", ""), 408, _Sha256(arrived).hexdigest(), answer, body)
         await _send_body(send, 408, body, close=True)
+
+
+class _Sha256:
+    """sha256 of the chunks that arrived, then of what is drained; a no-op when nobody listens (`chunks` None)."""
+
+    def __init__(self, chunks: list[bytes] | None) -> None:
+        self._h = None if chunks is None else hashlib.sha256()
+        for chunk in chunks or ():
+            self.update(chunk)
+
+    def update(self, chunk: bytes) -> None:
+        if self._h is not None:
+            self._h.update(chunk)
+
+    def hexdigest(self) -> str:
+        return "" if self._h is None else self._h.hexdigest()
 
 
 def _is_chunked(scope: Scope) -> bool:
@@ -477,7 +504,7 @@ async def run_off_loop(make: Callable[[], Awaitable[T]]) -> T:
 __all__ = [
     "BODY_IN_MEMORY",
     "BodyLimitMiddleware",
-    "BodyTimeoutHook",
+    "BodyRefusalHook",
     "ErrorGuardMiddleware",
     "JsonLimits",
     "LimitExceeded",

@@ -2,7 +2,7 @@
 
 The HTTP boundary: a body over ``limits.max_body_bytes`` (``max_weights_bytes`` for `/weights`)
 gets 413 before any route reads it, and one not complete within ``limits.body_timeout_s`` gets 408
-(logged like the routes' refusals: `model_server.limits.log_body_timeout`); the JSON routes check
+(both logged like the routes' refusals: `model_server.limits.log_body_refusal`); the JSON routes check
 the other request limits and run the request pipeline off the serving loop
 (`compactsim.mock_servers.model_server.limits`); a server bug answers a JSON 500 and keeps the
 connection (`compactsim.mock_servers.limits.ErrorGuardMiddleware`).
@@ -13,7 +13,7 @@ from __future__ import annotations
 from fastapi import FastAPI
 
 from compactsim.mock_servers.limits import BodyLimitMiddleware, ErrorGuardMiddleware
-from compactsim.mock_servers.model_server.limits import log_body_timeout
+from compactsim.mock_servers.model_server.limits import log_body_refusal
 from compactsim.mock_servers.model_server.routes import admin, chat, responses, tokenize
 from compactsim.mock_servers.model_server.settings import ServerSettings
 from compactsim.mock_servers.model_server.state import ServerState
@@ -28,7 +28,7 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
         app.include_router(module.router)
     app.add_middleware(BodyLimitMiddleware, max_body_bytes=settings.limits.max_body_bytes,
                        path_caps={"/weights": ("max_weights_bytes", settings.limits.max_weights_bytes)},
-                       body_timeout_s=settings.limits.body_timeout_s, on_body_timeout=log_body_timeout(state))
+                       body_timeout_s=settings.limits.body_timeout_s, on_refusal=log_body_refusal(state))
     app.add_middleware(ErrorGuardMiddleware)
     return app
 

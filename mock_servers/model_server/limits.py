@@ -8,8 +8,9 @@ recorded in the request log like any other refusal.
 
 Model-server limits (names as in `settings.Limits`):
 
-- ``body_timeout_s``: enforced before any route runs (`compactsim.mock_servers.limits.BodyLimitMiddleware`);
-  its 408 is logged here (`log_body_timeout`) with the digest of the bytes that did arrive.
+- ``max_body_bytes`` and ``body_timeout_s``: enforced before any route runs
+  (`compactsim.mock_servers.limits.BodyLimitMiddleware`); their 413 and 408 are logged here
+  (`log_body_refusal`) with the digest of the body bytes read before answering.
 - ``max_prompt_tokens``: the tokenizer is byte-level without merges, so a prompt renders to at
   least one token per UTF-8 byte of its text; a body whose text alone exceeds the cap is
   refused before it is rendered (the engine still checks the exact count after rendering).
@@ -30,7 +31,7 @@ from starlette.responses import Response
 
 from compactsim.harness.core.digests import bytes_digest
 from compactsim.mock_servers.limits import (
-    BodyTimeoutHook,
+    BodyRefusalHook,
     JsonLimits,
     LimitExceeded,
     field_path,
@@ -133,14 +134,15 @@ def reject(state: ServerState, endpoint: str, raw: bytes, exc: LimitExceeded) ->
 LOGGED_PATHS = {"/v1/chat/completions": "chat", "/v1/responses": "responses", "/tokenize": "tokenize"}
 
 
-def log_body_timeout(state: ServerState) -> BodyTimeoutHook:
-    """The hook that logs a 408 (body not complete in time) like the routes' own refusals: the
-    request digest is that of the bytes that arrived, the detail is the answer's."""
+def log_body_refusal(state: ServerState) -> BodyRefusalHook:
+    """The hook that logs the HTTP boundary's own refusals (413 body over its cap, 408 body not complete
+    in time) like the routes' refusals: the request digest is that of the body bytes read before
+    answering (what arrived, plus what the 413's drain read), the detail is the answer's."""
 
-    def record(path: str, arrived: bytes, answer: dict[str, Any], body: bytes) -> None:
+    def record(path: str, status: int, arrived_digest: str, answer: dict[str, Any], body: bytes) -> None:
         endpoint = LOGGED_PATHS.get(path)
         if endpoint is not None:
-            state.log.record(endpoint=endpoint, status=408, request_digest=bytes_digest(arrived),
+            state.log.record(endpoint=endpoint, status=status, request_digest=arrived_digest,
                              response_digest=bytes_digest(body), policy_version=state.engine.policy_version,
                              detail=answer["detail"])
 
@@ -164,4 +166,4 @@ async def handle(state: ServerState, endpoint: str, raw: bytes) -> Response:
     return await run_off_loop(work)
 
 
-__all__ = ["LOGGED_PATHS", "check_request", "handle", "json_limits", "log_body_timeout", "prompt_text_bytes", "reject"]
+__all__ = ["LOGGED_PATHS", "check_request", "handle", "json_limits", "log_body_refusal", "prompt_text_bytes", "reject"]

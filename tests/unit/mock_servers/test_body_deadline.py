@@ -76,7 +76,7 @@ async def _ignoring_app(scope, receive, send) -> None:
 
 
 def _run(app, scope: dict, receive, *, in_memory: bool = False, **options) -> tuple[list[dict], list[tuple], float]:
-    """(messages sent, calls of the timeout hook, loop seconds taken) for one request through the middleware."""
+    """(messages sent, calls of the refusal hook, loop seconds taken) for one request through the middleware."""
     sent: list[dict] = []
     heard: list[tuple] = []
 
@@ -85,13 +85,17 @@ def _run(app, scope: dict, receive, *, in_memory: bool = False, **options) -> tu
 
     async def main() -> float:
         BODY_IN_MEMORY.set(in_memory)
-        middleware = BodyLimitMiddleware(app, on_body_timeout=lambda *a: heard.append(a), **options)
+        middleware = BodyLimitMiddleware(app, on_refusal=lambda *a: heard.append(a), **options)
         loop = asyncio.get_running_loop()
         start = loop.time()
         await asyncio.wait_for(middleware(scope, receive, send), 5.0)  # a regression fails, not hangs
         return loop.time() - start
 
     return sent, heard, asyncio.run(main())
+
+
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
 
 
 def _answer(sent: list[dict]) -> tuple[int, dict[bytes, bytes], bytes]:
@@ -106,7 +110,7 @@ def test_a_body_short_of_its_content_length_gets_408_naming_the_limit_and_closes
     expected = {"detail": "body: not complete within the limit of 0.05 s: 10 of 100 declared bytes arrived",
                 "field": "body", "limit": "body_timeout_s"}
     assert (status, headers[b"connection"], json.loads(body)) == (408, b"close", expected)
-    assert heard == [("/v1/chat/completions", b"0123456789", expected, body)]
+    assert heard == [("/v1/chat/completions", 408, _sha(b"0123456789"), expected, body)]
     assert 0.05 <= took < 1.0
 
 
@@ -117,7 +121,7 @@ def test_a_chunked_body_that_stops_gets_408_counting_what_arrived():
     status, headers, body = _answer(sent)
     assert (status, headers[b"connection"]) == (408, b"close")
     assert json.loads(body)["detail"] == "body: not complete within the limit of 0.05 s: 5 bytes arrived"
-    assert heard[0][1] == b"abcde"
+    assert heard[0][1:3] == (408, _sha(b"abcde"))
 
 
 def test_a_body_completed_in_time_is_served_and_the_deadline_ends_with_it():
@@ -134,9 +138,27 @@ def test_a_stalled_body_over_the_cap_gets_its_413_at_the_deadline():
     sent, heard, took = _run(_reading_app, scope, _client(_chunk(b"x" * 100)), max_body_bytes=1024,
                              body_timeout_s=0.05)
     status, headers, body = _answer(sent)
-    assert (status, headers[b"connection"], json.loads(body)) == (
-        413, b"close", {"detail": "request body is 10000 bytes; the limit is 1024", "field": "body", "limit": "max_body_bytes"})
-    assert heard == [] and took < 1.0
+    answer = {"detail": "body: request body is 10000 bytes; the limit is 1024", "field": "body", "limit": "max_body_bytes"}
+    assert (status, headers[b"connection"], json.loads(body)) == (413, b"close", answer)
+    assert heard == [("/v1/chat/completions", 413, _sha(b"x" * 100), answer, body)] and took < 1.0
+
+
+def test_a_streamed_body_over_the_cap_is_drained_and_its_413_names_the_bytes_read():
+    """The hook's digest covers what the app read before the cap was crossed and what the drain read after it."""
+    scope = _scope([(b"transfer-encoding", b"chunked")])
+    receive = _client(_chunk(b"a" * 600), _chunk(b"b" * 600), _chunk(b"c" * 100, more=False))
+    sent, heard, _ = _run(_reading_app, scope, receive, max_body_bytes=1024, body_timeout_s=0.5)
+    status, headers, body = _answer(sent)
+    answer = {"detail": "body: request body is 1300 bytes; the limit is 1024", "field": "body", "limit": "max_body_bytes"}
+    assert (status, headers.get(b"connection"), json.loads(body)) == (413, None, answer)  # drained: the connection stays
+    assert heard == [("/v1/chat/completions", 413, _sha(b"a" * 600 + b"b" * 600 + b"c" * 100), answer, body)]
+
+
+def test_a_body_that_fits_its_cap_is_never_heard_of():
+    scope = _scope([(b"content-length", b"1024")])
+    sent, heard, _ = _run(_reading_app, scope, _client(_chunk(b"z" * 1024, more=False), then_after_s=0.01),
+                          max_body_bytes=1024, body_timeout_s=0.5)
+    assert (_answer(sent)[0], heard) == (200, [])
 
 
 def test_a_body_held_in_memory_gets_no_deadline():
@@ -235,6 +257,24 @@ def test_a_short_body_gets_408_within_the_deadline_over_a_real_socket_and_is_log
                     "response_digest": hashlib.sha256(body).hexdigest(), "policy_version": 0, "rollout_id": None,
                     "turn": None, "faults": [], "prompt_tokens": None, "generated_tokens": None,
                     "detail": expected["detail"], "attempt": None, "key_source": None, "file_error": None}]
+
+
+def test_a_body_over_its_cap_gets_413_over_a_real_socket_and_is_logged_with_the_bytes_read():
+    """The 413 was the one refusal of a generation route the request log never saw."""
+    sent = b'{"messages":[' + b" " * 3000 + b"]}"
+    raw = (b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+           b"content-length: %d\r\n\r\n" % len(sent) + sent)
+    with _model_server(max_body_bytes=2048) as url, socket.create_connection(("127.0.0.1", _port(url)), timeout=10.0) as sock:
+        sock.sendall(raw)
+        status, headers, body = _parse(_read_answer(sock))
+        weights = httpx.post(url + "/weights", content=b"x" * 10)  # not a logged route: its refusal is not logged
+        log = httpx.get(url + "/request_log").json()["entries"]
+    expected = {"detail": f"body: request body is {len(sent)} bytes; the limit is 2048", "field": "body",
+                "limit": "max_body_bytes"}
+    assert (status.split(" ", 2)[1], json.loads(body)) == ("413", expected)
+    assert weights.status_code == 422
+    assert [(e["endpoint"], e["status"], e["request_digest"], e["response_digest"], e["detail"]) for e in log] == [
+        ("chat", 413, hashlib.sha256(sent).hexdigest(), hashlib.sha256(body).hexdigest(), json.loads(body)["detail"])]
 
 
 def test_the_reward_server_answers_a_short_body_with_408_too():
