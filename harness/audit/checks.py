@@ -324,7 +324,7 @@ def check_row_logprobs(report: Reporter, want: ExpectedRow, got: ObservedRow, to
 
 
 def check_row_advantages(report: Reporter, want: ExpectedRow, got: ObservedRow, tol: Tolerances) -> list[Finding]:
-    """Every trainable token carries the parent's logical advantage; every other position carries 0."""
+    """Every trainable token carries the parent's logical advantage; every other position carries 0 or that advantage."""
     out: list[Finding] = []
     rid = want.physical_trace_id
     adv = np.asarray(got.advantages, dtype=np.float64)
@@ -337,7 +337,8 @@ def check_row_advantages(report: Reporter, want: ExpectedRow, got: ObservedRow, 
                           f"than the parent's {want.advantage!r}; first at position {p}",
                           expected=want.advantage, actual=float(adv[p]), row=rid, position=p))
     # Off the mask a position holds 0 (compactsim's rows) or the parent's advantage broadcast over the
-    # whole row (NeMo-RL's `advantages.expand(mask.shape)`, nemo-rl-semantics §3.3): both train the same.
+    # whole row (NeMo-RL's `advantages.expand(mask.shape)`, nemo-rl-semantics §3.3), checked per position
+    # (a row that zeroes only its padding holds both): all train the same.
     broadcast = np.asarray([close(float(v), want.advantage, tol.advantage_atol, tol.advantage_rtol) for v in adv])
     off = np.flatnonzero((~on) & (adv != 0.0) & ~broadcast) if adv.size else np.zeros(0, dtype=np.int64)
     if off.size:

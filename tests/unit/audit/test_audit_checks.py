@@ -102,6 +102,16 @@ def test_advantage_broadcast_over_the_whole_row_is_accepted_as_nemo_rl_writes_it
     assert audit(with_arrays(a, row_advantages=adv)).findings == ()
 
 
+def test_advantage_zeroed_only_on_some_off_mask_positions_is_accepted():
+    """A trainer that broadcasts the advantage, then zeroes its padding, holds both forms in one row (docs/golden-spec.md)."""
+    a = artifact()
+    adv = a.arrays["row_advantages"].copy()
+    parent = adv[1, a.row_mask_spans[1][0][0]]
+    adv[1, :] = parent
+    adv[1, -2:] = 0.0
+    assert parent != 0.0 and audit(with_arrays(a, row_advantages=adv)).findings == ()
+
+
 def test_logical_advantage_is_checked_per_rollout():
     a = artifact()
     logical = (dict(a.logical[0]), {**a.logical[1], "advantage": 0.0})
