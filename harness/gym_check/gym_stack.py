@@ -103,7 +103,8 @@ def wait_http(url: str, proc: subprocess.Popen[bytes] | None, log: Path | None, 
 
 
 class ThreadServer:
-    """An ASGI app under uvicorn in a daemon thread on a free loopback port (our mocks)."""
+    """An ASGI app under uvicorn in a daemon thread on a free loopback port (our mocks); its lifespan runs
+    (startup before `__enter__` returns, shutdown in `__exit__`), so an app can hold one client for all its requests."""
 
     def __init__(self, app: Any, *, name: str) -> None:
         import uvicorn  # noqa: PLC0415 - only live checks serve anything
@@ -111,7 +112,7 @@ class ThreadServer:
         self.port = free_port()
         self.name = name
         self._server = uvicorn.Server(uvicorn.Config(app, host=HOST, port=self.port, log_level="warning",
-                                                     access_log=False, lifespan="off"))
+                                                     access_log=False, lifespan="on"))
         self._thread = threading.Thread(target=self._server.run, name=f"gym-check-{name}", daemon=True)
 
     @property

@@ -13,13 +13,16 @@ from __future__ import annotations
 import json
 import threading
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 
 import httpx
 
 from compactsim.agents.rollout.script import ROLLOUT_KEY
 
+#: How long the recorder waits on the upstream model server (connect, each read and write).
+UPSTREAM_TIMEOUT_S = 120.0
 #: The cookie that carries the rollout id from `/seed_session` to each tool call (and back).
 _COOKIE = "compactsim_rollout"
 #: What NeMo-Gym 0.7.0's VLLMModelWithCompaction reads from a chat completion (reference "Wire facts"),
@@ -61,6 +64,7 @@ class WireRecorder:
             return [dict(c) for c in self.calls if not c["scripted"]]
 
     def app(self) -> Any:
+        """The proxy; one HTTP client to the upstream for the app's lifetime (uvicorn's lifespan opens and closes it)."""
         from starlette.applications import Starlette  # noqa: PLC0415
         from starlette.requests import Request  # noqa: PLC0415
         from starlette.responses import Response  # noqa: PLC0415
@@ -72,8 +76,8 @@ class WireRecorder:
             if upstream is None:
                 return Response(b'{"detail":"no upstream"}', status_code=503, media_type="application/json")
             headers = {"content-type": request.headers.get("content-type", "application/json")}
-            async with httpx.AsyncClient(timeout=120.0) as client:
-                answer = await client.request(request.method, f"{upstream}{request.url.path}", content=raw, headers=headers)
+            client: httpx.AsyncClient = request.state.client
+            answer = await client.request(request.method, f"{upstream}{request.url.path}", content=raw, headers=headers)
             entry = {"method": request.method, "path": request.url.path, "request": _json_or_none(raw),
                      "status": answer.status_code, "response": _json_or_none(answer.content)}
             with self._lock:
@@ -82,7 +86,8 @@ class WireRecorder:
             return Response(answer.content, status_code=answer.status_code,
                             media_type=answer.headers.get("content-type", "application/json"))
 
-        return Starlette(routes=[Route("/{path:path}", forward, methods=["GET", "POST"])])
+        return Starlette(routes=[Route("/{path:path}", forward, methods=["GET", "POST"])],
+                         lifespan=_client_lifespan(lambda: httpx.AsyncClient(timeout=UPSTREAM_TIMEOUT_S)))
 
 
 def _json_or_none(raw: bytes) -> Any:
@@ -147,9 +152,8 @@ class MockResources:
             ask = {"responses_create_params": params, "response": body.get("response"),
                    "rollout_id": (params.get("metadata") or {}).get(ROLLOUT_KEY),
                    "rollout_index": body.get("context_compaction_rollout_index")}
-            transport = httpx.ASGITransport(app=self._reward_app)
-            async with httpx.AsyncClient(transport=transport, base_url="http://reward") as client:
-                answer = await client.post("/verify", json=ask)
+            client: httpx.AsyncClient = request.state.client
+            answer = await client.post("/verify", json=ask)
             if answer.status_code != 200:
                 return Response(answer.content, status_code=answer.status_code, media_type="application/json")
             data = answer.json()
@@ -167,11 +171,28 @@ class MockResources:
             response.set_cookie(_COOKIE, rollout)
             return response
 
+        async def reward(scope: Any, receive: Any, send: Any) -> None:  # the reward app of the current scenario
+            await self._reward_app(scope, receive, send)
+
+        def reward_client() -> httpx.AsyncClient:
+            return httpx.AsyncClient(transport=httpx.ASGITransport(app=reward), base_url="http://reward")
+
         return Starlette(routes=[
             Route("/seed_session", seed_session, methods=["POST"]),
             Route("/verify", verify, methods=["POST"]),
             Route("/{name}", tool, methods=["POST"]),
-        ])
+        ], lifespan=_client_lifespan(reward_client))
+
+
+def _client_lifespan(make: Callable[[], httpx.AsyncClient]) -> Callable[[Any], AbstractAsyncContextManager[dict[str, Any]]]:
+    """A Starlette lifespan holding one HTTP client for every request of the app (`request.state.client`)."""
+
+    @asynccontextmanager
+    async def lifespan(_app: Any) -> AsyncIterator[dict[str, Any]]:
+        async with make() as client:
+            yield {"client": client}
+
+    return lifespan
 
 
 # ---------------------------------------------------------------------------------------------
