@@ -4,13 +4,18 @@
     compactsim export compaction edge --seed 7 --out goldens  # scenarios or tags
     compactsim export image-compaction-k2-chunked --out g --reference-dump ref
     compactsim verify g ref/rows.jsonl --metrics ref/metrics.jsonl
+    compactsim export --check goldens                         # are committed goldens what we export now?
 
 Exits 0 after writing, 2 on a usage error (unknown scenario, a scenario the harness cannot run,
-an output directory that holds something else).
+an output directory that holds something else). With ``--check DIR`` nothing is written: the
+directory's own scenario definitions are exported again to a temporary directory and compared
+file by file (`compactsim.harness.golden.freshness`); exit 0 when every byte agrees, 1 listing
+each difference, 2 when DIR is not valid goldens.
 """
 
 from __future__ import annotations
 
+import shlex
 from contextlib import nullcontext
 from pathlib import Path
 from typing import Annotated, Any
@@ -19,7 +24,15 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from compactsim.harness.commands.common import MAX_SEED, ExitCode, console, err_console, print_json, report_error
+from compactsim.harness.commands.common import (
+    MAX_SEED,
+    ExitCode,
+    OptionError,
+    console,
+    err_console,
+    print_json,
+    report_error,
+)
 from compactsim.harness.core.errors import CompactsimError
 from compactsim.harness.core.json_input import limits_help
 from compactsim.harness.outputs import check_output_dir, ensure_output_dir
@@ -51,8 +64,14 @@ def export_command(
     json_output: Annotated[bool, typer.Option("--json", help="print the manifest as JSON instead of the table")] = False,
     parallel: Annotated[int | None, typer.Option(min=1, help="worker processes running the scenarios (default: 2, "
                                                  "or 1 on a one-CPU machine; the same files either way)")] = None,
+    check: Annotated[Path | None, typer.Option(
+        "--check", help="write nothing: export this golden directory's own scenarios again and compare every file "
+                        "(exit 0 current, 1 stale: each difference listed, 2 not valid goldens)")] = None,
 ) -> None:
     """Export scenarios as golden files another trainer's CI can check its rows against (`compactsim verify`)."""
+    if check is not None:
+        _check_command(check, scenarios=scenarios, seed=seed, out=out, steps=steps, reference_dump=reference_dump,
+                       json_output=json_output, parallel=parallel)
     from compactsim.harness.golden.export import export_goldens
     from compactsim.harness.local_pool import default_workers
     from compactsim.harness.golden.reader import read_golden
@@ -93,6 +112,49 @@ def export_command(
         console.print(f"reference dump: {escape(str(reference_dump / 'rows.jsonl'))}, "
                       f"{escape(str(reference_dump / 'metrics.jsonl'))}")
     raise typer.Exit(ExitCode.OK)
+
+
+def _check_command(directory: Path, *, scenarios: list[str] | None, seed: int | None, out: Path, steps: int | None,
+                   reference_dump: Path | None, json_output: bool, parallel: int | None) -> None:
+    """`export --check DIR`: the manifest says what to export (scenarios, seed, step cap), so no other option may."""
+    from compactsim.harness.golden.freshness import check_goldens
+    from compactsim.harness.local_pool import default_workers
+
+    given = [name for name, value in (("scenarios", scenarios), ("--seed", seed), ("--steps", steps),
+                                      ("--reference-dump", reference_dump),
+                                      ("--out", None if out == DEFAULT_OUT else out)) if value]
+    try:
+        if given:
+            raise OptionError(f"--check takes the scenarios, seed and step cap from the goldens' manifest and writes "
+                              f"nothing; drop {', '.join(given)}", option="--check", value=str(directory))
+        with err_console.status("exporting again to compare", spinner="dots") if not json_output else nullcontext():
+            result = check_goldens(directory, parallel=parallel or default_workers())
+    except CompactsimError as exc:
+        raise typer.Exit(report_error(exc, as_json=json_output)) from None
+    code = ExitCode.OK if result.current else ExitCode.FINDINGS
+    if json_output:
+        print_json(result.to_json())
+        raise typer.Exit(code)
+    where = escape(str(directory))
+    if result.current:
+        console.print(f"goldens in {where} are current: all {result.files} files of {len(result.scenarios)} "
+                      f"scenario(s) are what this compactsim exports")
+        raise typer.Exit(code)
+    table = Table(title=f"goldens in {where} differ from a fresh export")
+    for col in ("difference", "file or manifest field", "committed", "exported now"):
+        table.add_column(col)
+    for d in result.differences:
+        table.add_row(d.kind, escape(d.path), escape(_shown(d.committed)), escape(_shown(d.exported)))
+    console.print(table)
+    console.print(f"{len(result.differences)} difference(s); to export them again: "
+                  f"{escape(shlex.join(['compactsim', 'export', *result.export_again]))}")
+    raise typer.Exit(code)
+
+
+def _shown(value: object, width: int = 24) -> str:
+    """A digest or a field value, short enough for a table cell."""
+    text = "—" if value is None else value if isinstance(value, str) else repr(value)
+    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 def register(app: typer.Typer) -> None:
