@@ -122,7 +122,7 @@ def _check_command(directory: Path, *, scenarios: list[str] | None, seed: int | 
 
     given = [name for name, value in (("scenarios", scenarios), ("--seed", seed), ("--steps", steps),
                                       ("--reference-dump", reference_dump),
-                                      ("--out", None if out == DEFAULT_OUT else out)) if value]
+                                      ("--out", None if out == DEFAULT_OUT else out)) if value not in (None, [])]
     try:
         if given:
             raise OptionError(f"--check takes the scenarios, seed and step cap from the goldens' manifest and writes "

@@ -120,7 +120,8 @@ def test_the_table_lists_each_difference_and_the_command_that_exports_again(gold
     assert f"1 difference(s); to export them again: compactsim export {NAME} --seed 3 --steps 1 --out {golden}" in text
 
 
-@pytest.mark.parametrize("extra", [["--seed", "1"], ["--steps", "2"], ["--out", "elsewhere"], [NAME]])
+@pytest.mark.parametrize("extra", [["--seed", "0"], ["--steps", "2"], ["--out", "elsewhere"], [NAME],
+                                   ["--reference-dump", "ref"]])
 def test_check_takes_everything_from_the_manifest(extra: list[str], golden: Path):
     code, report = _check(golden, *extra)
     assert code == 2 and (report["error_code"], report["option"]) == ("invalid_argument", "--check")
