@@ -1,0 +1,45 @@
+"""Broken backend: Adam's moments used without bias correction (m and v instead of m/(1-β₁ᵗ) and v/(1-β₂ᵗ)).
+
+Done by scaling the step's learning rate by (1-β₁ᵗ)/√(1-β₂ᵗ) for the `optimizer.step()` call
+only, which cancels torch's correction; the scheduler's learning rate is left as it is. Early
+steps then move the weights about ten times too little.
+"""
+
+from __future__ import annotations
+
+import math
+from unittest.mock import patch
+
+from compactsim.harness.core.batch import TraceBatch
+from compactsim.harness.pipeline.backend import ReferenceBackend
+from compactsim.harness.pipeline.train_config import TrainerConfig
+from compactsim.harness.pipeline.trainer import StepResult, TrainState
+
+EXPECTED_CHECK = "train.update"
+SCENARIO = "scripted-three-steps"
+
+
+class Backend(ReferenceBackend):
+    """Undoes the bias correction of the step about to be taken (t = the parameters' step count + 1)."""
+
+    name = "adam-without-bias-correction"
+
+    def train_step(self, state: TrainState, batch: TraceBatch, cfg: TrainerConfig) -> StepResult:
+        optimizer = state.optimizer
+        corrected_step = optimizer.step
+
+        def uncorrected_step(closure=None):
+            rates = [group["lr"] for group in optimizer.param_groups]
+            for group in optimizer.param_groups:
+                beta1, beta2 = group["betas"]
+                first = optimizer.state.get(group["params"][0], {})
+                t = int(first["step"]) + 1 if "step" in first else 1
+                group["lr"] = group["lr"] * (1 - beta1**t) / math.sqrt(1 - beta2**t)
+            try:
+                return corrected_step(closure)
+            finally:
+                for group, rate in zip(optimizer.param_groups, rates, strict=True):
+                    group["lr"] = rate
+
+        with patch.object(optimizer, "step", uncorrected_step):
+            return super().train_step(state, batch, cfg)
