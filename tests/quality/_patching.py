@@ -23,6 +23,28 @@ def loss_replaced(wrap: Callable[[Callable[..., LossOutput]], Callable[..., Loss
         yield
 
 
+@contextmanager
+def step_with_group_changes(optimizer: Any, change: Callable[[dict[str, Any]], dict[str, Any]]) -> Iterator[None]:
+    """Run the block with each `optimizer.step()` first setting, in every param group, the values `change(group)`
+    returns (it may also touch the group's gradients), and putting the group's own values back after the step."""
+    original = optimizer.step
+
+    def changed_step(closure: Any = None) -> Any:
+        saved = []
+        for group in optimizer.param_groups:
+            values = change(group)
+            saved.append({key: group[key] for key in values})
+            group.update(values)
+        try:
+            return original(closure)
+        finally:
+            for group, values in zip(optimizer.param_groups, saved, strict=True):
+                group.update(values)
+
+    with patch.object(optimizer, "step", changed_step):
+        yield
+
+
 def local_counts(kwargs: dict[str, Any]) -> tuple[float, float]:
     """(trained tokens, sequences) of the micro-batch a loss call sees."""
     from compactsim.harness.pipeline.loss import valid_counts

@@ -7,7 +7,7 @@ configured optimizer). Without weight decay the two agree, so only a scenario wi
 
 from __future__ import annotations
 
-from unittest.mock import patch
+from typing import Any
 
 import torch
 
@@ -15,9 +15,18 @@ from compactsim.harness.core.batch import TraceBatch
 from compactsim.harness.pipeline.backend import ReferenceBackend
 from compactsim.harness.pipeline.train_config import TrainerConfig
 from compactsim.harness.pipeline.trainer import StepResult, TrainState
+from tests.quality._patching import step_with_group_changes
 
 EXPECTED_CHECK = "train.update"
 SCENARIO = "warmup-weight-decay-no-clip"
+
+
+def _decay_into_gradient(group: dict[str, Any]) -> dict[str, Any]:
+    with torch.no_grad():
+        for p in group["params"]:
+            if p.grad is not None:
+                p.grad.add_(p, alpha=group["weight_decay"])
+    return {"weight_decay": 0.0}
 
 
 class Backend(ReferenceBackend):
@@ -26,22 +35,5 @@ class Backend(ReferenceBackend):
     name = "adam-coupled-weight-decay"
 
     def train_step(self, state: TrainState, batch: TraceBatch, cfg: TrainerConfig) -> StepResult:
-        optimizer = state.optimizer
-        adamw_step = optimizer.step
-
-        def coupled_step(closure=None):
-            decays = [group["weight_decay"] for group in optimizer.param_groups]
-            with torch.no_grad():
-                for group in optimizer.param_groups:
-                    for p in group["params"]:
-                        if p.grad is not None:
-                            p.grad.add_(p, alpha=group["weight_decay"])
-                    group["weight_decay"] = 0.0
-            try:
-                return adamw_step(closure)
-            finally:
-                for group, decay in zip(optimizer.param_groups, decays, strict=True):
-                    group["weight_decay"] = decay
-
-        with patch.object(optimizer, "step", coupled_step):
+        with step_with_group_changes(state.optimizer, _decay_into_gradient):
             return super().train_step(state, batch, cfg)

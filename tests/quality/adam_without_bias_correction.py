@@ -8,12 +8,12 @@ steps then move the weights about ten times too little.
 from __future__ import annotations
 
 import math
-from unittest.mock import patch
 
 from compactsim.harness.core.batch import TraceBatch
 from compactsim.harness.pipeline.backend import ReferenceBackend
 from compactsim.harness.pipeline.train_config import TrainerConfig
 from compactsim.harness.pipeline.trainer import StepResult, TrainState
+from tests.quality._patching import step_with_group_changes
 
 EXPECTED_CHECK = "train.update"
 SCENARIO = "scripted-three-steps"
@@ -26,20 +26,12 @@ class Backend(ReferenceBackend):
 
     def train_step(self, state: TrainState, batch: TraceBatch, cfg: TrainerConfig) -> StepResult:
         optimizer = state.optimizer
-        corrected_step = optimizer.step
 
-        def uncorrected_step(closure=None):
-            rates = [group["lr"] for group in optimizer.param_groups]
-            for group in optimizer.param_groups:
-                beta1, beta2 = group["betas"]
-                first = optimizer.state.get(group["params"][0], {})
-                t = int(first["step"]) + 1 if "step" in first else 1
-                group["lr"] = group["lr"] * (1 - beta1**t) / math.sqrt(1 - beta2**t)
-            try:
-                return corrected_step(closure)
-            finally:
-                for group, rate in zip(optimizer.param_groups, rates, strict=True):
-                    group["lr"] = rate
+        def uncorrected(group: dict) -> dict:
+            beta1, beta2 = group["betas"]
+            first = optimizer.state.get(group["params"][0], {})
+            t = int(first["step"]) + 1 if "step" in first else 1
+            return {"lr": group["lr"] * (1 - beta1**t) / math.sqrt(1 - beta2**t)}
 
-        with patch.object(optimizer, "step", uncorrected_step):
+        with step_with_group_changes(optimizer, uncorrected):
             return super().train_step(state, batch, cfg)
