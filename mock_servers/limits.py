@@ -368,20 +368,21 @@ class BodyLimitMiddleware:
 
     async def _reject(self, scope: Scope, receive: Receive, send: Send, name: str, cap: int, size: int, *, seen: int,
                       done: bool, deadline: float | None, arrived: list[bytes] | None) -> None:
-        """The 413, after draining up to `drain_factor` × the cap (hashed for the hook, never kept)."""
-        digest = _Sha256(arrived)
+        """The 413, after draining up to `drain_factor` × the cap (hashed for the hook when there is one, never kept)."""
+        digest = None if arrived is None else hashlib.sha256(b"".join(arrived))
         bound = cap * self.drain_factor
         while not done and seen <= bound:
             msg = await _receive_by(receive, deadline)
             if msg is None or msg["type"] != "http.request":
                 break
             chunk = msg.get("body", b"")
-            digest.update(chunk)
+            if digest is not None:
+                digest.update(chunk)
             seen += len(chunk)
             done = not msg.get("more_body", False)
         answer = LimitExceeded(413, name, "body", f"request body is {max(size, seen)} bytes; the limit is {cap}").body()
         body = _json_bytes(answer)
-        if self.on_refusal is not None:
+        if self.on_refusal is not None and digest is not None:
             self.on_refusal(scope.get("path", ""), 413, digest.hexdigest(), answer, body)
         await _send_body(send, 413, body, close=not done)
 
@@ -393,25 +394,9 @@ class BodyLimitMiddleware:
                                f"not complete within the limit of {self.body_timeout_s:g} s: "
                                f"{got} arrived").body()
         body = _json_bytes(answer)
-        if self.on_refusal is not None:
-            self.on_refusal(scope.get("path", ""), 408, _Sha256(arrived).hexdigest(), answer, body)
+        if self.on_refusal is not None and arrived is not None:
+            self.on_refusal(scope.get("path", ""), 408, hashlib.sha256(b"".join(arrived)).hexdigest(), answer, body)
         await _send_body(send, 408, body, close=True)
-
-
-class _Sha256:
-    """sha256 of the chunks that arrived, then of what is drained; a no-op when nobody listens (`chunks` None)."""
-
-    def __init__(self, chunks: list[bytes] | None) -> None:
-        self._h = None if chunks is None else hashlib.sha256()
-        for chunk in chunks or ():
-            self.update(chunk)
-
-    def update(self, chunk: bytes) -> None:
-        if self._h is not None:
-            self._h.update(chunk)
-
-    def hexdigest(self) -> str:
-        return "" if self._h is None else self._h.hexdigest()
 
 
 def _is_chunked(scope: Scope) -> bool:

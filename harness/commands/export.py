@@ -18,7 +18,7 @@ from __future__ import annotations
 import shlex
 from contextlib import nullcontext
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, NoReturn
 
 import typer
 from rich.markup import escape
@@ -115,7 +115,7 @@ def export_command(
 
 
 def _check_command(directory: Path, *, scenarios: list[str] | None, seed: int | None, out: Path, steps: int | None,
-                   reference_dump: Path | None, json_output: bool, parallel: int | None) -> None:
+                   reference_dump: Path | None, json_output: bool, parallel: int | None) -> NoReturn:
     """`export --check DIR`: the manifest says what to export (scenarios, seed, step cap), so no other option may."""
     from compactsim.harness.golden.freshness import check_goldens
     from compactsim.harness.local_pool import default_workers

@@ -70,16 +70,13 @@ def compare_manifests(committed: Manifest, exported: Manifest) -> tuple[Differen
     out: list[Difference] = []
     for path in sorted(ours.keys() | theirs.keys()):
         have, want = ours.get(path), theirs.get(path)
-        if have == want:
-            continue
-        kind: DifferenceKind = "missing" if have is None else "extra" if want is None else "changed"
-        out.append(Difference(kind, path, have, want))
+        if have != want:
+            kind: DifferenceKind = "missing" if have is None else "extra" if want is None else "changed"
+            out.append(Difference(kind, path, have, want))
     a, b = committed.to_json(), exported.to_json()
-    for key in a.keys() | b.keys():
-        if key != "files" and a.get(key) != b.get(key):
-            out.append(Difference("field", key, a.get(key), b.get(key)))
-    fields = [d for d in out if d.kind == "field"]
-    return tuple([d for d in out if d.kind != "field"] + sorted(fields, key=lambda d: d.path))
+    out += [Difference("field", key, a.get(key), b.get(key)) for key in sorted(a.keys() | b.keys())
+            if key != "files" and a.get(key) != b.get(key)]
+    return tuple(out)
 
 
 def check_goldens(directory: Path, *, parallel: int = 1) -> FreshnessResult:
@@ -98,7 +95,7 @@ def check_goldens(directory: Path, *, parallel: int = 1) -> FreshnessResult:
     with tempfile.TemporaryDirectory(prefix="compactsim-goldens-") as tmp:
         fresh = export_goldens(definitions, Path(tmp) / "goldens", seed=manifest.seed, max_steps=manifest.max_steps,
                                selection=manifest.selection, parallel=parallel)
-    again = [*(manifest.selection or golden.names)]
+    again = list(manifest.selection or golden.names)
     if manifest.seed is not None:
         again += ["--seed", str(manifest.seed)]
     if manifest.max_steps is not None:

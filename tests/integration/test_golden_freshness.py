@@ -7,18 +7,16 @@ would), show that `verify` still passes on some of them, and that `--check` name
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
-from typer.testing import CliRunner
 
-from compactsim.harness.cli import app
 from compactsim.harness.golden.freshness import Difference, compare_manifests
 from compactsim.harness.golden.manifest import Manifest
+from tests.integration.golden_edits import invoke, manifest, rehash
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300), pytest.mark.filterwarnings("ignore::DeprecationWarning")]
 
@@ -26,10 +24,6 @@ NAME = "scripted-three-steps"
 SCEN = f"scenarios/{NAME}"
 EXPECTATION = f"{SCEN}/expectation.json"
 PAYLOAD = f"{SCEN}/payloads/step-0000/group-0.jsonl"
-
-
-def invoke(*args: str):
-    return CliRunner().invoke(app, list(args))
 
 
 @pytest.fixture(scope="module")
@@ -45,19 +39,6 @@ def exported(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 @pytest.fixture
 def golden(exported: tuple[Path, Path], tmp_path: Path) -> Path:
     return Path(shutil.copytree(exported[0], tmp_path / "g"))
-
-
-def _manifest(golden: Path) -> dict[str, Any]:
-    return json.loads((golden / "manifest.json").read_text())
-
-
-def _rehash(golden: Path, **fields: Any) -> None:
-    """Every listed file's digest and size as on disk now, and `fields` set: an edit the reader cannot see."""
-    data = {**_manifest(golden), **fields}
-    for f in data["files"]:
-        raw = (golden / f["path"]).read_bytes()
-        f["sha256"], f["bytes"] = hashlib.sha256(raw).hexdigest(), len(raw)
-    (golden / "manifest.json").write_text(json.dumps(data, indent=2))
 
 
 def _check(golden: Path, *extra: str) -> tuple[int, dict[str, Any]]:
@@ -77,7 +58,7 @@ def test_a_fresh_export_is_current_and_nothing_in_it_is_written(golden: Path):
     before = _snapshot(golden)
     result = invoke("export", "--check", str(golden), "--parallel", "1")
     assert result.exit_code == 0, result.output
-    assert f"are current: all {len(_manifest(golden)['files'])} files of 1 scenario(s)" in " ".join(result.output.split())
+    assert f"are current: all {len(manifest(golden)['files'])} files of 1 scenario(s)" in " ".join(result.output.split())
     assert _snapshot(golden) == before
 
 
@@ -90,7 +71,7 @@ def test_a_removed_metric_expectation_verifies_but_is_named_by_check(golden: Pat
     for st in doc["steps"]:
         st["metric_expectations"] = []
     (golden / EXPECTATION).write_text(json.dumps(doc, indent=2))
-    _rehash(golden)
+    rehash(golden)
     assert _verify(golden, exported[1]) == 0  # the dump is no longer held to the expectation: only re-deriving sees it
     code, report = _check(golden)
     assert code == 1 and report["current"] is False
@@ -102,9 +83,9 @@ def test_an_edited_payload_and_an_older_version_are_each_named(golden: Path):
     lines = [json.loads(line) for line in (golden / PAYLOAD).read_text().splitlines()]
     lines[0]["response"]["model"] = "edited"  # a field the rows do not depend on
     (golden / PAYLOAD).write_text("".join(json.dumps(line) + "\n" for line in lines))
-    _rehash(golden, compactsim_version="0.0.1")
+    rehash(golden, compactsim_version="0.0.1")
     code, report = _check(golden)
-    fresh = _manifest(golden)
+    fresh = manifest(golden)
     assert code == 1
     assert [(d["kind"], d["path"], d["committed"]) for d in report["differences"]] == [
         ("changed", PAYLOAD, next(f["sha256"] for f in fresh["files"] if f["path"] == PAYLOAD)),
@@ -112,7 +93,7 @@ def test_an_edited_payload_and_an_older_version_are_each_named(golden: Path):
 
 
 def test_the_table_lists_each_difference_and_the_command_that_exports_again(golden: Path):
-    _rehash(golden, compactsim_version="0.0.1")
+    rehash(golden, compactsim_version="0.0.1")
     result = invoke("export", "--check", str(golden), "--parallel", "1")
     text = " ".join(result.output.split())
     assert result.exit_code == 1
@@ -122,7 +103,7 @@ def test_the_table_lists_each_difference_and_the_command_that_exports_again(gold
 
 @pytest.mark.parametrize("extra", [["--seed", "0"], ["--steps", "2"], ["--out", "elsewhere"], [NAME],
                                    ["--reference-dump", "ref"]])
-def test_check_takes_everything_from_the_manifest(extra: list[str], golden: Path):
+def test_check_takes_everything_from_themanifest(extra: list[str], golden: Path):
     code, report = _check(golden, *extra)
     assert code == 2 and (report["error_code"], report["option"]) == ("invalid_argument", "--check")
     assert "writes nothing; drop " in report["message"]

@@ -17,9 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from typer.testing import CliRunner
 
-from compactsim.harness.cli import app
+from tests.integration.golden_edits import invoke, manifest, rehash, write_manifest
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.filterwarnings("ignore::DeprecationWarning")]
 
@@ -27,10 +26,6 @@ NAME = "image-compaction-k2-rolling"
 SCEN = f"scenarios/{NAME}"
 EXPECTATION = f"{SCEN}/expectation.json"
 ROWS = f"{SCEN}/rows/step-0000.jsonl"
-
-
-def invoke(*args: str):
-    return CliRunner().invoke(app, list(args))
 
 
 @pytest.fixture(scope="module")
@@ -47,23 +42,6 @@ def exported(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 def golden(exported: tuple[Path, Path], tmp_path: Path) -> Path:
     """A private copy of the export, free to break."""
     return Path(shutil.copytree(exported[0], tmp_path / "g"))
-
-
-def manifest(golden: Path) -> dict[str, Any]:
-    return json.loads((golden / "manifest.json").read_text())
-
-
-def write_manifest(golden: Path, data: dict[str, Any]) -> None:
-    (golden / "manifest.json").write_text(json.dumps(data, indent=2))
-
-
-def rehash(golden: Path) -> None:
-    """Update every listed file's size and digest to what is on disk now (what a forger would do)."""
-    data = manifest(golden)
-    for f in data["files"]:
-        raw = (golden / f["path"]).read_bytes()
-        f["sha256"], f["bytes"] = hashlib.sha256(raw).hexdigest(), len(raw)
-    write_manifest(golden, data)
 
 
 def verify(golden: Path, dump: Path) -> Any:
