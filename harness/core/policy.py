@@ -367,7 +367,7 @@ class TinyPolicy(nn.Module):
         if self.device.type == "cpu" if numpy is None else numpy:
             decoder = self._numpy_decoder()
             cache = decoder.new_cache(s + _DECODE_HEADROOM)
-            return DecodeState(length=s, logprobs=decoder.run(h[0].numpy(), cache, 0), cache=cache, decoder=decoder)
+            return DecodeState(length=s, logprobs=decoder.prefill(h[0].numpy(), cache), cache=cache, decoder=decoder)
         logprobs, past = self._module_step(h, None, 0)
         return DecodeState(length=s, logprobs=logprobs, cache=past)
 
