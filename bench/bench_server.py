@@ -9,7 +9,7 @@ handler cost; target: scripted mock >= 0.5x the bare handler's requests/s.
 
 Policy-mode generation speed is measured in-process (no HTTP), side by side against the
 module-path cached decoding the issue measured (`ModulePathDecoding`: a torch KV cache run through
-`_Block.forward` and module calls); the candidate samples with `numpy_decoding` on the CPU. Both
+`_Block.forward` and module calls); the candidate samples with `numpy_decoding` on the CPU (compiled one-position steps). Both
 must sample the same tokens with the same logprobs and routes (the authoritative full forward is
 shared, so the ceiling is baseline / that forward). Target: >= 4x generated tokens/s. The 16
 prompts share their first 69 of 75 tokens, as a GRPO group's do: after the burn-in the candidate

@@ -1,31 +1,30 @@
-"""KV-cached decoding of the tiny policy in numpy, for policy-mode sampling on the CPU.
+"""KV-cached decoding of the tiny policy on the CPU, for policy-mode sampling.
 
 Sampling one token runs the blocks on a single position: a few dozen operations on vectors of
-64 to 512 numbers. Through torch each operation costs its dispatch (several microseconds, more
-than the arithmetic); numpy's per-call cost is a fraction of that, so a sampled token costs
-a few times less (`bench/bench_server.py` measures it against the torch module path).
+4 to 516 numbers. Through torch each operation costs its dispatch (several microseconds, more
+than the arithmetic), through numpy about one. So positions are run one at a time by compiled
+loops (`decode_kernels`, numba: ~15 µs a block), and only spans longer than a chunk (forced
+tokens) go through numpy's batched products here (`_positions`). `bench/bench_server.py`
+measures the whole against the torch module path.
 
 These numbers only choose tokens. The authoritative logprobs and routes of a finished sequence
 still come from one full torch forward (`TinyPolicy.sequence_logprobs`), exactly as the trainer
-recomputes them. The arithmetic here is the model's (`policy._Block.forward`), in the model's
-dtype, but in numpy's kernels: it agrees with the torch forward to rounding (float64: ~1e-15),
-not bit for bit. Inverse-CDF sampling turns such a difference into another token only when the
-uniform draw lands within rounding of a CDF boundary (about 1e-14 per float64 token); the
-result stays a pure function of (weights, prompt, seed) on a machine.
+recomputes them. The arithmetic is the model's (`policy._Block.forward`) in other kernels (the
+one-position step accumulates in float64 and folds each layer norm into the product after it):
+it agrees with the torch forward to rounding (float64: ~1e-15), not bit for bit. Inverse-CDF
+sampling turns such a difference into another token only when the uniform draw lands within
+rounding of a CDF boundary (about 1e-14 per float64 token); the result stays a pure function of
+(weights, prompt, seed) on a machine.
 
 One sequence (no batch). The cache holds, per layer, keys transposed as (heads, head_size,
-capacity) and values as (heads, capacity, head_size): the layouts the two attention products
-read without a copy. It grows by doubling.
-
-The one-position step (every sampled token) is the hot path: its layer norms are folded into
-the products that follow them (LN(x) @ W = r·((x - mean) @ diag(w) W) + b @ W, with r the
-inverse deviation) and it evaluates every expert's MLP with zero gates on the experts not chosen
-(one product instead of a loop), as the torch forward does densely. Prompts are computed in
-fixed chunks whose keys and values later prompts with the same start reuse (`prefix_cache`).
+capacity) and values as (heads, capacity, head_size): the layouts the attention reads row by
+row. It grows by doubling. Prompts run in fixed chunks whose keys and values later prompts with
+the same start reuse (`prefix_cache`).
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -39,16 +38,17 @@ from compactsim.harness.core.prefix_cache import CHUNK, Chunk, PrefixCache, chai
 
 #: Position rows prepared when a decoder is built (the table doubles when outgrown).
 _INITIAL_ROWS = 1024
-#: Spans up to this many positions run one position at a time (the step is cheaper than the
-#: many-position products below about this size); longer spans run together.
-_STEPWISE_MAX = 4
+#: Spans up to this many positions (a prompt chunk included) run one position at a time; longer
+#: spans of forced tokens run together through numpy's batched products (`_positions`).
+_STEPWISE_MAX = CHUNK
 
 
 @dataclass(frozen=True, slots=True)
 class _Folded:
     """A layer norm and the affine map after it as one product: LN(x) @ W + c = r·((x - mean(x)) @ w) + b.
 
-    w = diag(ln.weight) @ W and b = ln.bias @ W + c, folded in float64 then cast; r = 1/√(var(x) + eps).
+    w = diag(ln.weight) @ W and b = ln.bias @ W + c, in float64 (exact for float32 weights: a
+    product of two float32 numbers fits a float64); r = 1/√(var(x) + eps). Read by `decode_kernels`.
     """
 
     w: np.ndarray
@@ -56,15 +56,38 @@ class _Folded:
     eps: float
 
     @classmethod
-    def of(cls, ln: tuple[np.ndarray, np.ndarray, float], w: np.ndarray, c: np.ndarray, dtype: np.dtype) -> _Folded:
-        weight, bias, eps = (a.astype(np.float64) if isinstance(a, np.ndarray) else a for a in ln)
+    def of(cls, ln: tuple[np.ndarray, np.ndarray, float], w: np.ndarray, c: np.ndarray) -> _Folded:
+        weight, bias, eps = ln
         w64, c64 = w.astype(np.float64), c.astype(np.float64)
-        return cls(np.ascontiguousarray((weight[:, None] * w64).astype(dtype)), (bias @ w64 + c64).astype(dtype), eps)
+        with np.errstate(all="ignore"):  # weights already non-finite fold to non-finite numbers (the server's 422 names them)
+            return cls(np.ascontiguousarray(weight.astype(np.float64)[:, None] * w64), bias.astype(np.float64) @ w64 + c64, eps)
 
-    def __call__(self, x: np.ndarray) -> np.ndarray:
-        inv_d = 1.0 / x.shape[0]
-        xc = x - float(np.add.reduce(x)) * inv_d
-        return (xc @ self.w) * (1.0 / math.sqrt(float(xc @ xc) * inv_d + self.eps)) + self.b
+
+@dataclass(frozen=True, slots=True)
+class _StepWeights:
+    """Every block's weights for the compiled one-position step, stacked over layers (leading axis L), float64.
+
+    Layer norms folded into the products after them (`_Folded`); the query columns of `qkv_w`
+    divided by √head_size; `moe_w` is [router | every expert's input] (d, E + E*F).
+    """
+
+    qkv_w: np.ndarray  # (L, d, 3d)
+    qkv_b: np.ndarray  # (L, 3d)
+    qkv_eps: np.ndarray  # (L,)
+    proj_w: np.ndarray  # (L, d, d)
+    proj_b: np.ndarray  # (L, d)
+    moe_w: np.ndarray  # (L, d, E + E*F)
+    moe_b: np.ndarray  # (L, E + E*F)
+    moe_eps: np.ndarray  # (L,)
+    out_w: np.ndarray  # (L, E*F, d): every expert's output projection
+    out_b: np.ndarray  # (L, E, d)
+    n_heads: int
+    top_k: int
+
+    def arguments(self) -> tuple:
+        """The weights in `decode_kernels.run_positions`'s argument order."""
+        return (self.qkv_w, self.qkv_b, self.qkv_eps, self.proj_w, self.proj_b, self.moe_w, self.moe_b, self.moe_eps,
+                self.out_w, self.out_b, self.n_heads, self.top_k)
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,38 +108,31 @@ class _Block:
     b_in: np.ndarray  # (E, F)
     w_out: np.ndarray  # (E, F, d)
     b_out: np.ndarray  # (E, d)
-    # one position (the sampling step): layer norms folded into the products after them
-    step_qkv: _Folded  # ln1 into w_qkv, queries pre-divided by √head_size
-    step_moe: _Folded  # ln2 into [w_router | every expert's w_in]: (d, E + E*F)
-    w_out_flat: np.ndarray  # (E*F, d): every expert's output projection in one product
 
 
 @dataclass(slots=True)
 class KVCache:
-    """Keys and values of positions [0, filled) per layer; shared by the states of one sequence.
+    """Keys and values of positions [0, filled) of every layer; shared by the states of one sequence.
 
     A state extends the cache in place when it is the newest (`filled == state.length`); an older
     state extended again (a branch) copies its prefix first, so no state ever sees another's tokens.
     """
 
-    keys: list[np.ndarray]  # per layer (heads, head_size, capacity)
-    values: list[np.ndarray]  # per layer (heads, capacity, head_size)
+    keys: np.ndarray  # (L, heads, head_size, capacity)
+    values: np.ndarray  # (L, heads, capacity, head_size)
     filled: int = 0
 
     @property
     def capacity(self) -> int:
-        return self.values[0].shape[1]
+        return self.values.shape[2]
 
     def branch(self, length: int, capacity: int) -> KVCache:
         """A new cache holding positions [0, length) of this one, with room for `capacity`."""
-        keys, values = [], []
-        for k, v in zip(self.keys, self.values, strict=True):
-            k2 = np.zeros((k.shape[0], k.shape[1], capacity), dtype=k.dtype)
-            k2[:, :, :length] = k[:, :, :length]
-            v2 = np.zeros((v.shape[0], capacity, v.shape[2]), dtype=v.dtype)
-            v2[:, :length] = v[:, :length]
-            keys.append(k2)
-            values.append(v2)
+        n_layers, heads, head_size, _ = self.keys.shape
+        keys = np.zeros((n_layers, heads, head_size, capacity), dtype=self.keys.dtype)
+        keys[..., :length] = self.keys[..., :length]
+        values = np.zeros((n_layers, heads, capacity, head_size), dtype=self.values.dtype)
+        values[:, :, :length] = self.values[:, :, :length]
         return KVCache(keys, values, filled=length)
 
 
@@ -131,6 +147,7 @@ class NumpyDecoder:
     w_head: np.ndarray  # (d, V)
     b_head: np.ndarray
     d_model: int
+    step: _StepWeights  # one position at a time (every sampled token, prompt chunks)
     head: _Folded  # ln_f into the output head
     #: keys and values of full prompt chunks, for later prompts with the same start
     prefixes: PrefixCache = field(default_factory=PrefixCache)
@@ -149,33 +166,42 @@ class NumpyDecoder:
 
         embedding = arr(policy.tok_emb.weight)
         dtype = embedding.dtype
-        blocks = []
+        blocks, qkv, moe = [], [], []
         for b in policy.blocks:
             e, d, f = b.w_in.shape
             w_in, b_in, w_qkv, b_qkv = arr(b.w_in), arr(b.b_in), rows(b.qkv.weight), arr(b.qkv.bias)
             w_router = rows(b.router.weight)
-            q_scale = np.ones(3 * d)
-            q_scale[:d] = 1.0 / math.sqrt(d // b.n_heads)
-            w_in_flat = w_in.transpose(1, 0, 2).reshape(d, e * f)
             blocks.append(_Block(
                 n_heads=b.n_heads, top_k=b.top_k, ln1=ln(b.ln1), w_qkv=w_qkv, b_qkv=b_qkv,
                 w_proj=rows(b.proj.weight), b_proj=arr(b.proj.bias), ln2=ln(b.ln2), w_router=w_router,
                 w_in=w_in, b_in=b_in, w_out=arr(b.w_out), b_out=arr(b.b_out),
-                step_qkv=_Folded.of(ln(b.ln1), w_qkv * q_scale, b_qkv * q_scale, dtype),
-                step_moe=_Folded.of(ln(b.ln2), np.concatenate([w_router, w_in_flat], axis=1),
-                                    np.concatenate([np.zeros(e, dtype), b_in.reshape(e * f)]), dtype),
-                w_out_flat=np.ascontiguousarray(arr(b.w_out).reshape(e * f, d)),
             ))
+            q_scale = np.ones(3 * d)
+            q_scale[:d] = 1.0 / math.sqrt(d // b.n_heads)
+            qkv.append(_Folded.of(ln(b.ln1), w_qkv * q_scale, b_qkv * q_scale))
+            moe.append(_Folded.of(ln(b.ln2), np.concatenate([w_router, w_in.transpose(1, 0, 2).reshape(d, e * f)], axis=1),
+                                  np.concatenate([np.zeros(e, dtype), b_in.reshape(e * f)])))
+
+        def stack(arrays) -> np.ndarray:
+            return np.ascontiguousarray(np.stack(list(arrays)).astype(np.float64))
+
+        step = _StepWeights(
+            qkv_w=stack(x.w for x in qkv), qkv_b=stack(x.b for x in qkv), qkv_eps=stack(x.eps for x in qkv),
+            proj_w=stack(b.w_proj for b in blocks), proj_b=stack(b.b_proj for b in blocks),
+            moe_w=stack(x.w for x in moe), moe_b=stack(x.b for x in moe), moe_eps=stack(x.eps for x in moe),
+            out_w=stack(b.w_out.reshape(-1, b.w_out.shape[-1]) for b in blocks), out_b=stack(b.b_out for b in blocks),
+            n_heads=blocks[0].n_heads, top_k=blocks[0].top_k)
         d = policy.config.d_model
         w_head, b_head = rows(policy.lm_head.weight), arr(policy.lm_head.bias)
         return cls(blocks=tuple(blocks), embedding=embedding, positions=_position_table(_INITIAL_ROWS, d, dtype),
-                   ln_f=ln(policy.ln_f), w_head=w_head, b_head=b_head, d_model=d,
-                   head=_Folded.of(ln(policy.ln_f), w_head, b_head, dtype))
+                   ln_f=ln(policy.ln_f), w_head=w_head, b_head=b_head, d_model=d, step=step,
+                   head=_Folded.of(ln(policy.ln_f), w_head, b_head))
 
     def new_cache(self, capacity: int) -> KVCache:
-        keys = [np.zeros((b.n_heads, self.d_model // b.n_heads, capacity), dtype=self.embedding.dtype) for b in self.blocks]
-        values = [np.zeros((b.n_heads, capacity, self.d_model // b.n_heads), dtype=self.embedding.dtype) for b in self.blocks]
-        return KVCache(keys, values)
+        n_layers, heads = len(self.blocks), self.step.n_heads
+        head_size = self.d_model // heads
+        return KVCache(np.zeros((n_layers, heads, head_size, capacity), dtype=self.embedding.dtype),
+                       np.zeros((n_layers, heads, capacity, head_size), dtype=self.embedding.dtype))
 
     def ensure_positions(self, rows: int) -> None:
         """Grow the position table to at least `rows` rows (same values: each row depends only on its index)."""
@@ -199,12 +225,11 @@ class NumpyDecoder:
             chunk = self.prefixes.get(key)
             if chunk is None:
                 last = self._forward(h[start:end], cache, start)
-                self.prefixes.put(key, Chunk(keys=tuple(k[:, :, start:end].copy() for k in cache.keys),
-                                             values=tuple(v[:, start:end].copy() for v in cache.values), last=last))
+                self.prefixes.put(key, Chunk(keys=cache.keys[..., start:end].copy(),
+                                             values=cache.values[:, :, start:end].copy(), last=last))
             else:
-                for k, v, ck, cv in zip(cache.keys, cache.values, chunk.keys, chunk.values, strict=True):
-                    k[:, :, start:end] = ck
-                    v[:, start:end] = cv
+                cache.keys[..., start:end] = chunk.keys
+                cache.values[:, :, start:end] = chunk.values
                 last = chunk.last
             cache.filled = end
         if cache.filled < s:
@@ -227,20 +252,24 @@ class NumpyDecoder:
         self.ensure_positions(offset + n)
         h = h + self.positions[offset: offset + n]
         if n <= _STEPWISE_MAX:
-            for i in range(n):
-                x = h[i]
-                for layer, w in enumerate(self.blocks):
-                    x = _one_position(w, x, cache.keys[layer], cache.values[layer], offset + i)
-            return x
+            rows = h.astype(np.float64, copy=False)
+            return _kernels().run_positions(rows, cache.keys, cache.values, offset, *self.step.arguments())
         for layer, w in enumerate(self.blocks):
             h = _positions(w, h, cache.keys[layer], cache.values[layer], offset)
         return h[-1]
 
     def _next_logprobs(self, x: np.ndarray) -> np.ndarray:
         """The float64 log-softmax [V] of the token after a final hidden state x (d,)."""
-        z = self.head(x).astype(np.float64, copy=False)
-        z -= np.maximum.reduce(z)
-        return z - math.log(float(np.add.reduce(np.exp(z))))
+        head = self.head
+        return _kernels().next_logprobs(x.astype(np.float64, copy=False), head.w, head.b, head.eps)
+
+
+@functools.cache
+def _kernels():  # -> the decode_kernels module
+    """The compiled steps, imported when first needed: numba's import costs processes that never sample."""
+    from compactsim.harness.core import decode_kernels
+
+    return decode_kernels
 
 
 def _position_table(rows: int, d: int, dtype: np.dtype) -> np.ndarray:
@@ -267,36 +296,6 @@ def _softmax_(x: np.ndarray) -> np.ndarray:
     np.exp(x, out=x)
     x /= np.add.reduce(x, axis=-1, keepdims=True)
     return x
-
-
-def _one_position(w: _Block, x: np.ndarray, keys: np.ndarray, values: np.ndarray, t: int) -> np.ndarray:
-    """`_Block.forward` for the single position `t` (x: (d,)), with its own routes: the sampling step."""
-    d = x.shape[0]
-    nh = w.n_heads
-    qkv = w.step_qkv(x).reshape(3, nh, d // nh)  # queries already divided by √head_size
-    keys[:, :, t] = qkv[1]
-    values[:, t] = qkv[2]
-    att = qkv[0, :, None, :] @ keys[:, :, : t + 1]  # (nh, 1, T)
-    att -= np.maximum.reduce(att, axis=-1, keepdims=True)
-    np.exp(att, out=att)
-    y = (att @ values[:, : t + 1]) / np.add.reduce(att, axis=-1, keepdims=True)  # softmax's division after the product
-    x = x + (y.reshape(d) @ w.w_proj + w.b_proj)
-
-    e = w.b_in.shape[0]
-    u = w.step_moe(x)  # (E + E*F,): router logits, then every expert's input
-    logits = u[:e]
-    chosen = np.argsort(-logits, kind="stable")[: w.top_k].tolist()  # best first, as topk (NaN last)
-    scores = logits[chosen].tolist()
-    top = scores[0]
-    scores = [math.exp(v - top) for v in scores]  # v - top <= 0 (or NaN): no overflow
-    total = math.fsum(scores)
-    gates = [0.0] * e
-    for j, ex in enumerate(chosen):
-        gates[ex] = scores[j] / total
-    g = np.array(gates, dtype=x.dtype)
-    hidden = _gelu(u[e:]).reshape(e, -1)  # (E, F)
-    hidden *= g[:, None]  # the experts not chosen weigh 0, as in the dense torch forward
-    return x + (hidden.reshape(-1) @ w.w_out_flat + g @ w.b_out)
 
 
 def _positions(w: _Block, h: np.ndarray, keys: np.ndarray, values: np.ndarray, offset: int) -> np.ndarray:

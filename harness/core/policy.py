@@ -371,21 +371,24 @@ class TinyPolicy(nn.Module):
         logprobs, past = self._module_step(h, None, 0)
         return DecodeState(length=s, logprobs=logprobs, cache=past)
 
-    @torch.no_grad()
     def extend_decoding(self, state: DecodeState, new_ids: Sequence[int]) -> DecodeState:
-        """Feed more (non-image) tokens after `state`; returns the new state (`state` stays valid)."""
+        """Feed more (non-image) tokens after `state`; returns the new state (`state` stays valid).
+
+        Called once per sampled token: the numpy path skips torch (no `no_grad` context to enter).
+        """
         new = [int(t) for t in new_ids]
         if not new:
             return state
         if tok.IMAGE in new:
             raise ConfigError("invalid_argument", "extend_decoding cannot take <|image|> tokens")
-        if not all(0 <= t < self.config.vocab_size for t in new):
+        if min(new) < 0 or max(new) >= self.config.vocab_size:
             raise ConfigError("invalid_argument", f"extend_decoding: new_ids outside [0, {self.config.vocab_size})")
         length = state.length + len(new)
         decoder = state.decoder
         if decoder is None:
-            ids = torch.tensor(new, dtype=torch.long, device=self.device)[None]  # (1, n)
-            logprobs, past = self._module_step(F.embedding(ids, self.tok_emb.weight), state.cache, state.length)
+            with torch.no_grad():
+                ids = torch.tensor(new, dtype=torch.long, device=self.device)[None]  # (1, n)
+                logprobs, past = self._module_step(F.embedding(ids, self.tok_emb.weight), state.cache, state.length)
             return DecodeState(length=length, logprobs=logprobs, cache=past)
         cache = state.cache
         if cache.filled != state.length or cache.capacity < length:  # a branch, or full: a copy with room

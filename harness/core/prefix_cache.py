@@ -38,16 +38,16 @@ def chain_digest(previous: bytes, rows: np.ndarray) -> bytes:
 
 @dataclass(frozen=True, slots=True, eq=False)
 class Chunk:
-    """One chunk's keys (heads, head_size, CHUNK) and values (heads, CHUNK, head_size) per layer, and
-    the final hidden state (d,) of its last position (the next token's input when the prompt ends there)."""
+    """One chunk's keys (L, heads, head_size, CHUNK) and values (L, heads, CHUNK, head_size), and the
+    final hidden state (d,) of its last position (the next token's input when the prompt ends there)."""
 
-    keys: tuple[np.ndarray, ...]
-    values: tuple[np.ndarray, ...]
+    keys: np.ndarray
+    values: np.ndarray
     last: np.ndarray
 
     @property
     def nbytes(self) -> int:
-        return sum(a.nbytes for a in self.keys) + sum(a.nbytes for a in self.values) + self.last.nbytes
+        return self.keys.nbytes + self.values.nbytes + self.last.nbytes
 
 
 class PrefixCache:

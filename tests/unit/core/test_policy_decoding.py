@@ -1,7 +1,7 @@
 """Sampling-time decoding agrees with the torch model, and its cache never mixes sequences.
 
 Policy-mode sampling draws by inverse CDF from `DecodeState.logprobs`. On the CPU those come from
-`numpy_decoding` (the model's arithmetic in numpy's kernels), elsewhere from the blocks' own
+`numpy_decoding` (the model's arithmetic in compiled and numpy kernels), elsewhere from the blocks' own
 `forward` with a KV cache. Either must equal a full torch forward to rounding, so the same
 tokens are drawn; the reference here is that forward (`next_token_logprobs`), recomputed from
 scratch for every prefix.

@@ -96,7 +96,7 @@ def test_new_weights_start_with_an_empty_cache() -> None:
 
 def test_the_cache_keeps_its_byte_bound_dropping_the_least_recently_used() -> None:
     def chunk(value: float) -> Chunk:
-        return Chunk(keys=(np.full((2, 4, CHUNK), value),), values=(np.full((2, CHUNK, 4), value),), last=np.zeros(4))
+        return Chunk(keys=np.full((1, 2, 4, CHUNK), value), values=np.full((1, 2, CHUNK, 4), value), last=np.zeros(4))
 
     size = chunk(0).nbytes
     cache = PrefixCache(max_bytes=2 * size)
@@ -107,7 +107,7 @@ def test_the_cache_keeps_its_byte_bound_dropping_the_least_recently_used() -> No
     assert cache.get(keys[0]) is not None  # keys[0] is now the most recently used
     cache.put(keys[2], chunk(2))  # over the bound: keys[1] goes
     assert len(cache) == 2 and cache.get(keys[1]) is None
-    assert float(cache.get(keys[2]).keys[0][0, 0, 0]) == 2.0
+    assert float(cache.get(keys[2]).keys[0, 0, 0, 0]) == 2.0
     PrefixCache(max_bytes=size - 1).put(keys[0], chunk(0))  # larger than the whole bound: not kept, no error
     assert (cache.hits, cache.misses) == (2, 1)
 
@@ -121,3 +121,4 @@ def test_the_chain_digest_depends_on_every_earlier_row() -> None:
     assert chain_digest(chain_digest(b"", changed[:CHUNK]), changed[CHUNK:]) != second
     assert chain_digest(b"", rows[CHUNK:]) != second  # the same rows at another depth
     assert chain_digest(b"", rows[:CHUNK].astype(np.float32)) != first  # the dtype's bytes differ
+
