@@ -88,17 +88,18 @@ def free_port() -> int:
 
 
 def wait_http(url: str, proc: subprocess.Popen[bytes] | None, log: Path | None, *, timeout_s: float = START_TIMEOUT_S) -> None:
-    """Poll `url` until anything answers; a dead process or the deadline is a `GymSetupError`."""
+    """Poll `url` (one client for every poll) until anything answers; a dead process or the deadline is a `GymSetupError`."""
     deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc is not None and proc.poll() is not None:
-            tail = log.read_text(encoding="utf-8", errors="replace").strip().splitlines()[-6:] if log else []
-            raise GymSetupError("import", f"{url} exited {proc.returncode} before serving: {' | '.join(tail)}")
-        try:
-            httpx.get(url, timeout=2.0)
-            return
-        except httpx.HTTPError:
-            time.sleep(0.05)  # servers come up in 0.4-3 s; a coarse poll would add up over a check's many starts
+    with httpx.Client(timeout=2.0) as client:
+        while time.monotonic() < deadline:
+            if proc is not None and proc.poll() is not None:
+                tail = log.read_text(encoding="utf-8", errors="replace").strip().splitlines()[-6:] if log else []
+                raise GymSetupError("import", f"{url} exited {proc.returncode} before serving: {' | '.join(tail)}")
+            try:
+                client.get(url)
+                return
+            except httpx.HTTPError:
+                time.sleep(0.05)  # servers come up in 0.4-3 s; a coarse poll would add up over a check's many starts
     raise GymSetupError("checker", f"{url} did not answer within {timeout_s:.0f} s")
 
 

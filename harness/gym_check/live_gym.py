@@ -80,20 +80,34 @@ def run_body(spec: Any) -> dict[str, Any]:
 
 
 class GymCollector:
-    """`compactsim.agents.collect.collect`'s call, answered by Gym's `/run` (sequential: each rollout's calls stay ordered)."""
+    """`compactsim.agents.collect.collect`'s call, answered by Gym's `/run` (sequential: each rollout's calls stay ordered).
+
+    One HTTP client for the collector's life (every step's `/run` calls and weight-version reads);
+    use it as a context manager, or `close()` it.
+    """
 
     def __init__(self, agent_url: str, recorder: WireRecorder) -> None:
         self.agent_url = agent_url
         self.recorder = recorder
         self.results: dict[str, dict[str, Any] | None] = {}
         self.errors: dict[str, str] = {}
+        self._client = httpx.Client(timeout=RUN_TIMEOUT_S)
+
+    def __enter__(self) -> GymCollector:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._client.close()
 
     def synced_version(self) -> int:
         """The policy version the generation server holds (what a trainer's weight-sync bookkeeping knows)."""
         upstream = self.recorder.upstream
         if upstream is None:
             raise GymSetupError("checker", "the wire recorder has no upstream model server")
-        return int(httpx.get(f"{upstream}/weights", timeout=10.0).json()["policy_version"])
+        return int(self._client.get(f"{upstream}/weights", timeout=10.0).json()["policy_version"])
 
     def __call__(self, specs: Sequence[Any], servers: object = None, **_: Any) -> list[Any]:
         from compactsim.agents.collect import CollectedRollout  # noqa: PLC0415
@@ -102,25 +116,24 @@ class GymCollector:
 
         out = []
         version = self.synced_version()
-        with httpx.Client(base_url=self.agent_url, timeout=RUN_TIMEOUT_S) as client:
-            for index, spec in enumerate(specs):
-                result: dict[str, Any] | None = None
-                error = None
-                try:
-                    answer = client.post("/run", json=run_body(spec))
-                    if answer.status_code == 200:
-                        result = answer.json()
-                        result[TRAINER_POLICY_VERSION] = version
-                    else:
-                        error = f"/run answered {answer.status_code}: {answer.text[:400]}"
-                except httpx.HTTPError as exc:
-                    error = f"/run failed: {type(exc).__name__}: {exc}"
-                self.results[spec.rollout_id] = result
-                if error is not None:
-                    self.errors[spec.rollout_id] = error
-                truth = gym_ground_truth(spec, self.recorder.exchanges(), result, failure=error)
-                status = "completed" if result is not None else "failed"
-                out.append(CollectedRollout(index, spec.rollout_id, status, result, truth))
+        for index, spec in enumerate(specs):
+            result: dict[str, Any] | None = None
+            error = None
+            try:
+                answer = self._client.post(f"{self.agent_url}/run", json=run_body(spec))
+                if answer.status_code == 200:
+                    result = answer.json()
+                    result[TRAINER_POLICY_VERSION] = version
+                else:
+                    error = f"/run answered {answer.status_code}: {answer.text[:400]}"
+            except httpx.HTTPError as exc:
+                error = f"/run failed: {type(exc).__name__}: {exc}"
+            self.results[spec.rollout_id] = result
+            if error is not None:
+                self.errors[spec.rollout_id] = error
+            truth = gym_ground_truth(spec, self.recorder.exchanges(), result, failure=error)
+            status = "completed" if result is not None else "failed"
+            out.append(CollectedRollout(index, spec.rollout_id, status, result, truth))
         return out
 
 
@@ -211,7 +224,7 @@ def run_gym_live(python: Path, names: Sequence[str], out_dir: Path | None) -> tu
                                         upstream_url=rec_srv.url, context_history=history, max_steps=max_steps,
                                         model_name=str(build.model_settings.get("model_name", "compactsim-tiny-moe")))
                     collector = GymCollector("", recorder)
-                    with GymApps(python, scratch, config) as apps:
+                    with collector, GymApps(python, scratch, config) as apps:
                         collector.agent_url = apps.agent_url
                         run = run_scenario(scenario, RunOptions(), collector=collector)
                         logs = apps.log_tail(6) if collector.errors else ""

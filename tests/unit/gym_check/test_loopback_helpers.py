@@ -1,8 +1,9 @@
-"""The live check's two loopback helpers: the wire recorder and the mocked resources server.
+"""The live check's loopback clients: the wire recorder, the mocked resources server, the waits, the collector.
 
-Each holds one HTTP client for its whole life (the ground rule: reuse one client), opened by
-uvicorn's lifespan when `ThreadServer` starts it and closed when it stops, and follows `reset`
-from one scenario to the next without a new client.
+Each holds one HTTP client for its whole life (the ground rule: reuse one client). The two
+helper apps open theirs in uvicorn's lifespan when `ThreadServer` starts them, close it when it
+stops, and follow `reset` from one scenario to the next without a new client; `wait_http` polls
+through one client, and `GymCollector` reads weight versions and posts `/run` through one.
 """
 
 from __future__ import annotations
@@ -76,3 +77,59 @@ def test_the_resources_server_verifies_through_one_client_across_scenarios(count
     assert counting_client.counts() == (1, 1)
     assert (default.status_code, changed.status_code) == (200, 200)
     assert (default.json()["reward"], changed.json()["reward"]) == (1.0, 0.25)
+
+
+class _CountingSyncClient(httpx.Client):
+    """A Client that keeps every instance made (the checker's synchronous side)."""
+
+    instances: list[httpx.Client] = []
+
+    def __init__(self, *args, **kwargs) -> None:
+        type(self).instances.append(self)
+        super().__init__(*args, **kwargs)
+
+    @classmethod
+    def counts(cls) -> tuple[int, int]:
+        return len(cls.instances), sum(c.is_closed for c in cls.instances)
+
+
+@pytest.fixture
+def counting_sync_client():
+    _CountingSyncClient.instances = []
+    with mock.patch("compactsim.harness.gym_check.gym_stack.httpx.Client", _CountingSyncClient), \
+            mock.patch("compactsim.harness.gym_check.live_gym.httpx.Client", _CountingSyncClient):
+        yield _CountingSyncClient
+
+
+def test_waiting_for_a_server_polls_through_one_client(counting_sync_client):
+    """The server comes up after several refused polls; every poll, and the deadline's, shares one client."""
+    import threading
+
+    from compactsim.harness.gym_check.errors import GymSetupError
+    from compactsim.harness.gym_check.gym_stack import wait_http
+
+    app = create_app(ServerSettings(seed=7, script=SCRIPT))
+    server = ThreadServer(app, name="late")
+    starter = threading.Timer(0.3, server.__enter__)
+    starter.start()
+    try:
+        wait_http(server.url + "/health", None, None, timeout_s=20)
+        assert counting_sync_client.counts() == (1, 1)
+    finally:
+        starter.join()
+        server.__exit__(None, None, None)
+    with pytest.raises(GymSetupError, match="did not answer within"):
+        wait_http(server.url + "/health", None, None, timeout_s=0.3)  # stopped: refused until the deadline
+    assert counting_sync_client.counts() == (2, 2)
+
+
+def test_the_gym_collector_reads_weight_versions_through_its_one_client(counting_sync_client):
+    from compactsim.harness.gym_check.live_gym import GymCollector
+
+    recorder = WireRecorder()
+    with serve_on_loopback(create_app(ServerSettings(seed=7, script=SCRIPT))) as upstream:
+        recorder.reset(upstream)
+        with GymCollector("http://127.0.0.1:9", recorder) as collector:
+            assert collector.synced_version() == collector.synced_version() == 0
+            assert counting_sync_client.counts() == (1, 0)
+    assert counting_sync_client.counts() == (1, 1)
