@@ -291,8 +291,31 @@ def check_gradient(report: Reporter, truth: StepTruth, measured: MeasuredStep, t
                    f"{max_diff:.3g}{ratio}", expected=want_v, actual=got_v, row=name)]
 
 
+def _undetermined_step(truth: StepTruth, name: str, tol: Tolerances) -> torch.Tensor | float:
+    """Per entry, the part of Adam's step (in units of lr) that the gradient's own tolerance leaves open.
+
+    Adam moves an entry by about lr·s with s = m̂/(√v̂ + ε), |s| ≲ 1; on the first step s = g/(|g| + ε).
+    Where the expected gradient g is no larger than the gradient check's bound δ (`check_gradient`:
+    gradient_atol + gradient_rtol·max |g| over the tensor), a trainer in a lower precision may get
+    its sign either way and s anywhere in [-1, 1]: up to 2 lr apart. Elsewhere two gradients δ apart
+    give steps at most 2δ/|g| apart. So an entry may differ by lr·min(2, 2δ/|g|) more than the flat
+    bound; a missing, doubled or mis-scaled update still shows on every entry whose gradient is clear.
+    """
+    grads = truth.clipped_gradient
+    g = grads.get(name) if grads is not None else None
+    if g is None or not g.numel():
+        return 0.0
+    g = g.abs()
+    delta = tol.gradient_atol + tol.gradient_rtol * float(g.max())
+    return truth.lr * torch.clamp(2.0 * delta / g, max=2.0)  # g = 0 -> inf -> 2
+
+
 def check_update(report: Reporter, truth: StepTruth, measured: MeasuredStep, tol: Tolerances) -> list[Finding]:
-    """Every parameter tensor after the step equals the oracle's AdamW update (max |diff| per tensor)."""
+    """Every parameter tensor after the step equals the oracle's AdamW update (max |diff| per tensor).
+
+    Bound per entry: update_atol + update_lr_fraction·lr + update_rtol·|expected update| + weight_rtol·|expected
+    weight| (the weight's own rounding) + the step the gradient's tolerance leaves open (`_undetermined_step`).
+    """
     worst: list[tuple[float, str, float, float]] = []
     after = measured.after.weights
     for name in sorted(truth.params_after):
@@ -303,7 +326,8 @@ def check_update(report: Reporter, truth: StepTruth, measured: MeasuredStep, tol
                            expected=list(want.shape), actual=None if got is None else list(got.shape))]
         diff = (got.to(torch.float64) - want).abs()
         atol = tol.update_atol + tol.update_lr_fraction * truth.lr
-        bound = atol + tol.update_rtol * (want - measured.before.weights[name]).abs() + tol.weight_rtol * want.abs()
+        bound = (atol + tol.update_rtol * (want - measured.before.weights[name]).abs() + tol.weight_rtol * want.abs()
+                 + _undetermined_step(truth, name, tol))
         excess = diff - bound
         if bool((excess > 0).any()) or not bool(torch.isfinite(got).all()):
             i = int(torch.argmax(torch.nan_to_num(excess, nan=math.inf)))

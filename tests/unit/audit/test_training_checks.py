@@ -88,6 +88,26 @@ def test_update_tolerance_is_relative_to_the_expected_update_in_low_precision():
     assert check_update(REPORT, TRUTH, _measured(near), Tolerances()) != []  # float64 is exact
 
 
+def test_an_entry_whose_gradient_is_inside_its_tolerance_may_take_adams_step_either_way():
+    """float32: a gradient of ~0 (within the gradient check's bound) may round to either sign, and Adam's
+    sign-like first step then lands up to 2·lr away; that entry is not a finding, while the same
+    flip on an entry with a clear gradient, or 1% of lr on every entry, still is."""
+    tol = Tolerances.for_dtype("float32")
+    grads = {"w": torch.tensor([[1.0, 1e-6], [0.5, -0.25]], dtype=torch.float64), "b": torch.ones(3, dtype=torch.float64)}
+    truth = replace(TRUTH, clipped_gradient=grads)
+    flipped = {"w": AFTER["w"].clone(), "b": AFTER["b"].clone()}
+    flipped["w"][0, 1] = 1e-3  # expected -1e-3: the step went the other way where g = 1e-6 (bound 1e-3·max|g|)
+    assert check_update(REPORT, truth, _measured(flipped), tol) == []
+    clear = {"w": AFTER["w"].clone(), "b": AFTER["b"].clone()}
+    clear["w"][1, 1] = 1e-3  # the same flip where g = -0.25: Adam's step there is set
+    [f] = check_update(REPORT, truth, _measured(clear), tol)
+    assert (f.check, f.row, f.expected, f.actual) == ("train.update", "w", -1e-3, 1e-3)
+    scaled = {k: v * 1.01 for k, v in AFTER.items()}  # every step 1% of lr long (the flat bound is 0.1% of lr)
+    [f] = check_update(REPORT, truth, _measured(scaled), tol)
+    assert "2 of 2 parameter tensors" in f.message
+    assert check_update(REPORT, TRUTH, _measured(flipped), tol) != []  # no gradient known: no entry is excused
+
+
 def test_reported_loss_metrics_are_compared_when_present_and_counts_exactly():
     assert check_reported_loss_metrics(REPORT, TRUTH, {}, Tolerances()) == []  # nothing reported, nothing to judge
     right = {"actor_loss": 0.5, "kl_penalty": 0.0, "token_mult_prob_error": 1.0 + 1e-13,
