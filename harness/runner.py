@@ -80,6 +80,10 @@ TRACE_STEPS = 1
 MAX_TRACE_STEPS = 3
 
 Executor = Literal["local", "ray"]
+#: Trainer precisions `--precision` may force on every scenario (bfloat16 is not one: without router
+#: replay its rounding flips routes, and the gradient it trains on is no longer the oracle's to judge).
+Precision = Literal["float32", "float64"]
+PRECISIONS: tuple[str, ...] = ("float32", "float64")
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,9 +104,12 @@ class RunOptions:
     wandb: bool = False
     #: Directory for W&B offline files (the run's output directory).
     wandb_dir: str | None = None
+    #: Overrides every scenario's trainer precision (and the policy-mode server's dtype) when set.
+    precision: Precision | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"seed": self.seed, "backend": self.backend, "device": self.device, "max_steps": self.max_steps}
+        out = {"seed": self.seed, "backend": self.backend, "device": self.device, "max_steps": self.max_steps}
+        return out if self.precision is None else {**out, "precision": self.precision}
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,13 +193,17 @@ def resolve_scenarios(selectors: Sequence[str]) -> tuple[Any, ...]:
 
 
 def prepare_scenario(scenario: Any, options: RunOptions) -> Any:
-    """The scenario under the run's seed and step cap (a `ConfigError` when the cap cuts off its mutation).
+    """The scenario under the run's seed, step cap and precision (a `ConfigError` when the cap cuts off its mutation).
 
     A cap also rescales the scenario's step-count expectations (``sum(optimizer_steps) == 20``
-    becomes ``== 6`` under ``--steps 6``), so a capped run of a passing scenario passes.
+    becomes ``== 6`` under ``--steps 6``), so a capped run of a passing scenario passes. A
+    precision sets the trainer's `policy.precision` and `policy.logprob_dtype` (the policy-mode
+    server follows), and raises every `max_abs_dev` below that precision's metric tolerance to it
+    (``token_mult_prob_error`` within 1e-9 of 1 is a float64 figure).
     """
-    from compactsim.scenarios.metric_expectations import scale_step_counts
-    from compactsim.scenarios.model import Scenario
+    from compactsim.harness.audit.checks import Tolerances
+    from compactsim.scenarios.metric_expectations import scale_step_counts, widen_deviations
+    from compactsim.scenarios.model import Scenario, deep_merge
 
     data = scenario.to_data()
     if options.seed is not None:
@@ -201,6 +212,11 @@ def prepare_scenario(scenario: Any, options: RunOptions) -> Any:
         data["steps"] = options.max_steps
         if data.get("metrics"):
             data["metrics"] = scale_step_counts(data["metrics"], scenario.steps, options.max_steps)
+    if options.precision is not None:
+        p = options.precision
+        data["trainer"] = deep_merge(data.get("trainer") or {}, {"policy": {"precision": p, "logprob_dtype": p}})
+        if data.get("metrics"):
+            data["metrics"] = widen_deviations(data["metrics"], Tolerances.for_dtype(p).metric_atol)
     return scenario if data == scenario.to_data() else Scenario.model_validate(data)
 
 
@@ -420,7 +436,7 @@ def _backend_flag(backend: str) -> str | None:
 def scenario_reproduce(scenario: Any, options: RunOptions) -> str:
     """The one-line command that reruns exactly this scenario."""
     return reproduce_command(scenario.name, scenario.seed, backend=_backend_flag(options.backend),
-                             steps=options.max_steps)
+                             steps=options.max_steps, precision=options.precision)
 
 
 def _execute(
@@ -600,7 +616,8 @@ def _harness_failure(scenario: Any, options: RunOptions, exc: BaseException, clo
     """A record for a scenario the harness could not run (no verdict reached: counts as failed)."""
     name = getattr(scenario, "name", str(scenario))
     seed = options.seed if options.seed is not None else getattr(scenario, "seed", 0)
-    repro = reproduce_command(name, seed, backend=_backend_flag(options.backend))
+    repro = reproduce_command(name, seed, backend=_backend_flag(options.backend), steps=options.max_steps,
+                              precision=options.precision)
     text = f"{type(exc).__name__}: {exception_text(exc)}"
     finding = Finding(scenario=name, step=None, check="run.harness_error", row=None, position=None,
                       expected="a completed run", actual=text[:300], message=text[:500], reproduce=repro)
@@ -792,7 +809,7 @@ def _saved_options(settings: Any, source: str) -> RunOptions:
 
     if not isinstance(settings, dict):
         raise InputError(source, None, None, f"expected a JSON object of run settings, got {type(settings).__name__}")
-    known = {"scenario", *RunOptions().to_json()}
+    known = {"scenario", "precision", *RunOptions().to_json()}
     for key in settings:
         if key not in known:
             raise InputError(source, None, key, f"unknown run setting; expected {', '.join(sorted(known))}")
@@ -822,7 +839,10 @@ def _saved_options(settings: Any, source: str) -> RunOptions:
             raise InputError(source, None, "device", exc.detail) from None
     if max_steps is not None and (isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1):
         raise InputError(source, None, "max_steps", f"{max_steps!r}: expected null or an integer >= 1")
-    return RunOptions(seed=seed, backend=backend, device=device, max_steps=max_steps)
+    precision = settings.get("precision")
+    if precision is not None and precision not in PRECISIONS:
+        raise InputError(source, None, "precision", f"{precision!r}: expected null or one of {', '.join(PRECISIONS)}")
+    return RunOptions(seed=seed, backend=backend, device=device, max_steps=max_steps, precision=precision)
 
 
 __all__ = [

@@ -235,11 +235,29 @@ def scale_step_counts(entries: Mapping[str, Mapping[str, Any]], steps: int, capp
     return out
 
 
+def widen_deviations(entries: Mapping[str, Mapping[str, Any]], floor: float) -> dict[str, dict[str, Any]]:
+    """A scenario's `metrics` entries for a run in a lower precision: every `max_abs_dev` at least `floor`.
+
+    A deviation a scenario declares for float64 (``token_mult_prob_error`` within 1e-9 of 1) is below
+    what float32 arithmetic can hold; `floor` is the audit's metric tolerance for the run's precision.
+    Entries are validated first, so a malformed one still fails with its own message.
+    """
+    out: dict[str, dict[str, Any]] = {}
+    for key, check in entries.items():
+        parse_metric_check(key, check)
+        check = dict(check)
+        if "max_abs_dev" in check and check["max_abs_dev"] < floor:
+            check["max_abs_dev"] = floor
+        out[key] = check
+    return out
+
+
 __all__ = [
     "AGGREGATES",
     "STEP_COUNT_METRICS",
     "is_step_count",
     "scale_step_counts",
+    "widen_deviations",
     "CHECK_KEYS",
     "MetricOutcome",
     "describe",

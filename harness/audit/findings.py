@@ -75,11 +75,14 @@ def reproduce_command(
     *,
     backend: str | None = None,
     steps: int | None = None,
+    precision: str | None = None,
 ) -> str:
     """The one-line command that re-runs `scenario` exactly (default backend omitted)."""
     parts = ["compactsim", "run", scenario, "--seed", str(seed)]
     if steps is not None:
         parts += ["--steps", str(steps)]
+    if precision is not None:
+        parts += ["--precision", precision]
     if backend:
         parts += ["--backend", backend]
     return shlex.join(parts)

@@ -123,6 +123,9 @@ def run_command(
     device: Annotated[str, typer.Option(help="cpu, cuda or auto")] = "cpu",
     backend: Annotated[str | None, typer.Option(help="backend under test as module:attr")] = None,
     steps: Annotated[int | None, typer.Option(min=1, help="cap every scenario's optimizer steps (smoke budget)")] = None,
+    precision: Annotated[str | None, typer.Option(help="train every scenario in float32 or float64 (the trainer's "
+                                                  "policy.precision and logprob_dtype, the policy-mode server's "
+                                                  "dtype; audit tolerances follow; default: each scenario's own)")] = None,
     server: Annotated[str, typer.Option(help="inprocess (ASGI, no port) or http (uvicorn on 127.0.0.1)")] = "inprocess",
     wandb: Annotated[bool, typer.Option("--wandb", help="log each scenario to Weights & Biases, offline, under OUT/wandb")] = False,
     wandb_project: Annotated[str | None, typer.Option("--wandb-project", help="W&B project (default compactsim); "
@@ -140,7 +143,7 @@ def run_command(
     """Run scenarios through the backend, audit every step against the oracle, and write the report."""
     from compactsim.harness.report.junit import cases_from_records
     from compactsim.harness.report.summary import format_summary
-    from compactsim.harness.runner import DEFAULT_BACKEND, RunOptions, gym_record, run_suite, suite_record, write_outputs
+    from compactsim.harness.runner import DEFAULT_BACKEND, PRECISIONS, RunOptions, gym_record, run_suite, suite_record, write_outputs
 
     _use_cwd_imports()
     wandb_settings = None
@@ -166,6 +169,9 @@ def run_command(
                                            group=wandb_group, tags=tuple(wandb_tag or ()), directory=str(out / "wandb"))
         if server not in ("inprocess", "http"):
             raise ConfigError("invalid_argument", f"--server {server}: expected inprocess or http")
+        if precision is not None and precision not in PRECISIONS:
+            raise ConfigError("invalid_argument", f"--precision {precision}: expected one of {', '.join(PRECISIONS)} "
+                                                  "(bfloat16: only where a scenario sets it itself)")
         if device not in ("cpu", "cuda", "auto"):
             raise ConfigError("invalid_argument", f"--device {device}: expected cpu, cuda or auto")
         if device != "cpu":
@@ -183,7 +189,7 @@ def run_command(
     except CompactsimError as exc:
         raise typer.Exit(report_error(exc, as_json=json_output)) from None
     options = RunOptions(seed=seed, backend=backend or DEFAULT_BACKEND, device=device, max_steps=steps,  # type: ignore[arg-type]
-                         server=server, wandb=wandb, wandb_dir=str(out / "wandb"))  # type: ignore[arg-type]
+                         server=server, wandb=wandb, wandb_dir=str(out / "wandb"), precision=precision)  # type: ignore[arg-type]
     started = time.perf_counter()
     plain = not err_console.is_terminal  # CI logs: one line per scenario instead of redrawn bars
     finished = 0

@@ -225,6 +225,14 @@ def test_run_device_cuda_without_a_gpu_exits_2_like_train(tmp_path: Path):
         assert not (tmp_path / "o").exists()
 
 
+@pytest.mark.parametrize("value", ["bfloat16", "float16", "FLOAT32"])
+def test_run_precision_outside_float32_and_float64_exits_2_before_any_output(tmp_path: Path, value: str):
+    result = runner.invoke(app, ["run", "no-compaction", "--out", str(tmp_path / "o"), "--precision", value])
+    assert result.exit_code == 2, result.output
+    assert f"error: invalid_argument: --precision {value}: expected one of float32, float64" in result.output
+    assert not (tmp_path / "o").exists()
+
+
 # ---------------------------------------------------------------------------------------------- scenario files
 
 
