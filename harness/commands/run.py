@@ -143,7 +143,8 @@ def run_command(
     """Run scenarios through the backend, audit every step against the oracle, and write the report."""
     from compactsim.harness.report.junit import cases_from_records
     from compactsim.harness.report.summary import format_summary
-    from compactsim.harness.runner import DEFAULT_BACKEND, PRECISIONS, RunOptions, gym_record, run_suite, suite_record, write_outputs
+    from compactsim.harness.runner import (DEFAULT_BACKEND, PRECISIONS, RunOptions, gym_record, run_suite, suite_record,
+                                           write_outputs)
 
     _use_cwd_imports()
     wandb_settings = None

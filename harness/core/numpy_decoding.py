@@ -57,10 +57,10 @@ class _Folded:
 
     @classmethod
     def of(cls, ln: tuple[np.ndarray, np.ndarray, float], w: np.ndarray, c: np.ndarray) -> _Folded:
-        weight, bias, eps = ln
+        weight, bias, eps = (a.astype(np.float64) if isinstance(a, np.ndarray) else a for a in ln)
         w64, c64 = w.astype(np.float64), c.astype(np.float64)
-        with np.errstate(all="ignore"):  # weights already non-finite fold to non-finite numbers (the server's 422 names them)
-            return cls(np.ascontiguousarray(weight.astype(np.float64)[:, None] * w64), bias.astype(np.float64) @ w64 + c64, eps)
+        with np.errstate(all="ignore"):  # non-finite weights fold to non-finite numbers (the server's 422 names them)
+            return cls(np.ascontiguousarray(weight[:, None] * w64), bias @ w64 + c64, eps)
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,7 +96,7 @@ class _Block:
 
     n_heads: int
     top_k: int
-    # many positions (prompt chunks, forced spans): the block's operations as written
+    # spans of forced tokens longer than a chunk (`_positions`): the block's operations as written
     ln1: tuple[np.ndarray, np.ndarray, float]
     w_qkv: np.ndarray  # (d, 3d)
     b_qkv: np.ndarray
