@@ -22,26 +22,29 @@ from tests.unit.mock_servers.model_server.server_builders import SCRIPT, chat_bo
 pytestmark = pytest.mark.timeout(60)
 
 
-class _CountingClient(httpx.AsyncClient):
-    """An AsyncClient that keeps every instance made, to count them and see which are closed."""
+def _counting(client_class: type) -> type:
+    """A subclass of an httpx client class that keeps every instance made, to count them and see which are closed."""
 
-    instances: list[httpx.AsyncClient] = []
+    class Counting(client_class):  # type: ignore[misc, valid-type]
+        instances: list = []
 
-    def __init__(self, *args, **kwargs) -> None:
-        type(self).instances.append(self)
-        super().__init__(*args, **kwargs)
+        def __init__(self, *args, **kwargs) -> None:
+            type(self).instances.append(self)
+            super().__init__(*args, **kwargs)
 
-    @classmethod
-    def counts(cls) -> tuple[int, int]:
-        """(clients made, clients closed)."""
-        return len(cls.instances), sum(c.is_closed for c in cls.instances)
+        @classmethod
+        def counts(cls) -> tuple[int, int]:
+            """(clients made, clients closed)."""
+            return len(cls.instances), sum(c.is_closed for c in cls.instances)
+
+    return Counting
 
 
 @pytest.fixture
 def counting_client():
-    _CountingClient.instances = []
-    with mock.patch("compactsim.harness.gym_check.wire.httpx.AsyncClient", _CountingClient):
-        yield _CountingClient
+    counting = _counting(httpx.AsyncClient)
+    with mock.patch("compactsim.harness.gym_check.wire.httpx.AsyncClient", counting):
+        yield counting
 
 
 def test_the_recorder_forwards_through_one_client_and_logs_every_exchange(counting_client):
@@ -79,26 +82,12 @@ def test_the_resources_server_verifies_through_one_client_across_scenarios(count
     assert (default.json()["reward"], changed.json()["reward"]) == (1.0, 0.25)
 
 
-class _CountingSyncClient(httpx.Client):
-    """A Client that keeps every instance made (the checker's synchronous side)."""
-
-    instances: list[httpx.Client] = []
-
-    def __init__(self, *args, **kwargs) -> None:
-        type(self).instances.append(self)
-        super().__init__(*args, **kwargs)
-
-    @classmethod
-    def counts(cls) -> tuple[int, int]:
-        return len(cls.instances), sum(c.is_closed for c in cls.instances)
-
-
 @pytest.fixture
 def counting_sync_client():
-    _CountingSyncClient.instances = []
-    with mock.patch("compactsim.harness.gym_check.gym_stack.httpx.Client", _CountingSyncClient), \
-            mock.patch("compactsim.harness.gym_check.live_gym.httpx.Client", _CountingSyncClient):
-        yield _CountingSyncClient
+    counting = _counting(httpx.Client)  # the checker's synchronous side
+    with mock.patch("compactsim.harness.gym_check.gym_stack.httpx.Client", counting), \
+            mock.patch("compactsim.harness.gym_check.live_gym.httpx.Client", counting):
+        yield counting
 
 
 def test_waiting_for_a_server_polls_through_one_client(counting_sync_client):
