@@ -70,7 +70,7 @@ def run_positions(h, keys, values, offset, qkv_w, qkv_b, qkv_eps, proj_w, proj_b
     head_size); returns the last position's final hidden state (d,). The weights are stacked
     over layers (`numpy_decoding._StepWeights`).
     """
-    x = h[0]
+    x = h[0]  # typed before the loop (callers pass n >= 1)
     for i in range(h.shape[0]):
         x = h[i]
         for layer in range(keys.shape[0]):
