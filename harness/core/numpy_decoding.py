@@ -143,9 +143,6 @@ class NumpyDecoder:
     blocks: tuple[_Block, ...]
     embedding: np.ndarray  # (V, d)
     positions: np.ndarray  # (rows, d) sinusoid rows [0, rows)
-    ln_f: tuple[np.ndarray, np.ndarray, float]
-    w_head: np.ndarray  # (d, V)
-    b_head: np.ndarray
     d_model: int
     step: _StepWeights  # one position at a time (every sampled token, prompt chunks)
     head: _Folded  # ln_f into the output head
@@ -192,10 +189,9 @@ class NumpyDecoder:
             out_w=stack(b.w_out.reshape(-1, b.w_out.shape[-1]) for b in blocks), out_b=stack(b.b_out for b in blocks),
             n_heads=blocks[0].n_heads, top_k=blocks[0].top_k)
         d = policy.config.d_model
-        w_head, b_head = rows(policy.lm_head.weight), arr(policy.lm_head.bias)
         return cls(blocks=tuple(blocks), embedding=embedding, positions=_position_table(_INITIAL_ROWS, d, dtype),
-                   ln_f=ln(policy.ln_f), w_head=w_head, b_head=b_head, d_model=d, step=step,
-                   head=_Folded.of(ln(policy.ln_f), w_head, b_head))
+                   d_model=d, step=step,
+                   head=_Folded.of(ln(policy.ln_f), rows(policy.lm_head.weight), arr(policy.lm_head.bias)))
 
     def new_cache(self, capacity: int) -> KVCache:
         n_layers, heads = len(self.blocks), self.step.n_heads

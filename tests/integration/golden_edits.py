@@ -16,6 +16,14 @@ def invoke(*args: str):
     return CliRunner().invoke(app, list(args))
 
 
+def export_one_step(base: Path, name: str, seed: int, *options: str) -> tuple[Path, Path]:
+    """(golden dir, reference-dump dir) of a one-step export of `name` into `base`; the export must succeed."""
+    result = invoke("export", name, "--seed", str(seed), "--steps", "1", "--out", str(base / "g"),
+                    "--reference-dump", str(base / "ref"), *options)
+    assert result.exit_code == 0, result.output
+    return base / "g", base / "ref"
+
+
 def manifest(golden: Path) -> dict[str, Any]:
     return json.loads((golden / "manifest.json").read_text())
 

@@ -16,7 +16,7 @@ import pytest
 
 from compactsim.harness.golden.freshness import Difference, compare_manifests
 from compactsim.harness.golden.manifest import Manifest
-from tests.integration.golden_edits import invoke, manifest, rehash
+from tests.integration.golden_edits import export_one_step, invoke, manifest, rehash
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300), pytest.mark.filterwarnings("ignore::DeprecationWarning")]
 
@@ -29,11 +29,7 @@ PAYLOAD = f"{SCEN}/payloads/step-0000/group-0.jsonl"
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """(golden dir, the reference pipeline's rows dump) of a one-step export with a metric expectation."""
-    base = tmp_path_factory.mktemp("freshness")
-    result = invoke("export", NAME, "--seed", "3", "--steps", "1", "--out", str(base / "g"),
-                    "--reference-dump", str(base / "ref"), "--parallel", "1")
-    assert result.exit_code == 0, result.output
-    return base / "g", base / "ref"
+    return export_one_step(tmp_path_factory.mktemp("freshness"), NAME, 3, "--parallel", "1")
 
 
 @pytest.fixture

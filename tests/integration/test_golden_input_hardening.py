@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from tests.integration.golden_edits import invoke, manifest, rehash, write_manifest
+from tests.integration.golden_edits import export_one_step, invoke, manifest, rehash, write_manifest
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.filterwarnings("ignore::DeprecationWarning")]
 
@@ -31,11 +31,8 @@ ROWS = f"{SCEN}/rows/step-0000.jsonl"
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """(golden dir, the reference pipeline's rows dump) of a one-scenario, one-step export."""
-    base = tmp_path_factory.mktemp("hardening")
-    result = invoke("export", NAME, "--seed", "0", "--steps", "1", "--out", str(base / "g"),
-                    "--reference-dump", str(base / "ref"))
-    assert result.exit_code == 0, result.output
-    return base / "g", base / "ref" / "rows.jsonl"
+    golden, reference = export_one_step(tmp_path_factory.mktemp("hardening"), NAME, 0)
+    return golden, reference / "rows.jsonl"
 
 
 @pytest.fixture
