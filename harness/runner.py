@@ -106,6 +106,10 @@ class RunOptions:
     wandb_dir: str | None = None
     #: Overrides every scenario's trainer precision (and the policy-mode server's dtype) when set.
     precision: Precision | None = None
+    #: False skips the oracle's training step (loss, gradient, update) and the `train.*` checks: what
+    #: `compactsim export` runs, since goldens hold rows and metrics only and that oracle is about a
+    #: third of a scenario's time. Never in `run.json`: a run folder always holds the full audit.
+    audit_training: bool = True
 
     def to_json(self) -> dict[str, Any]:
         out = {"seed": self.seed, "backend": self.backend, "device": self.device, "max_steps": self.max_steps}
@@ -402,7 +406,7 @@ def run_scenario(
             expectation = expect_scenario(scenario, logs_by_step)
             settings = StepSettings.of(scenario)
             measured = [st.measured for st in observed.steps if st.measured is not None]
-            training = expect_training(settings, expectation, logs_by_step, measured)
+            training = expect_training(settings, expectation, logs_by_step, measured) if options.audit_training else ()
     except Exception as exc:  # noqa: BLE001 - whatever a backend left behind, this scenario fails, the suite goes on
         return _harness_failure(scenario, options, exc, clock, data)
     with clock.stage("audit"):

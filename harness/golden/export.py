@@ -271,7 +271,7 @@ def export_goldens(
     names = [s.name for s in scenarios]
     if len(set(names)) != len(names):
         raise ConfigError("invalid_argument", f"scenario names repeat in the selection: {names}")
-    options = RunOptions(seed=seed, max_steps=max_steps)
+    options = RunOptions(seed=seed, max_steps=max_steps, audit_training=False)  # goldens hold no training state
     all_files: dict[str, bytes] = {}
     entries: list[ScenarioEntry] = []
     done: list[ExportedScenario] = []

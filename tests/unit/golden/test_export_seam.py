@@ -52,3 +52,22 @@ def test_scenario_run_step_data_equals_the_files_write_outputs_writes(tmp_path: 
     summary = (tmp_path / "summary.json").read_text(encoding="utf-8")
     assert [key for key in ("results_by_step", "rollouts_by_step", "metrics_by_step", '"ground_truth"')
             if key in summary] == []
+
+
+def test_export_runs_skip_only_the_training_oracle_and_its_train_checks():
+    """`audit_training=False` (what the export runs) drops the oracle's training step and nothing else:
+    a trainer that never applies its update is a `train.update` finding in a full run only, while a
+    row-level bug is found either way; the option never reaches `run.json`."""
+    pytest.importorskip("torch")
+    from tests.quality import broadcast_first_advantage, never_updates
+
+    def checks(module: object, audit_training: bool) -> set[str]:
+        scenario = resolve_scenarios([module.SCENARIO])[0]  # type: ignore[attr-defined]
+        options = RunOptions(backend=f"{module.__name__}:Backend", max_steps=2, audit_training=audit_training)
+        run = run_scenario(scenario, options)
+        assert b"audit_training" not in run.files["run.json"]
+        return {f.check for f in run.audit.findings}
+
+    assert never_updates.EXPECTED_CHECK in checks(never_updates, True)
+    assert {c for c in checks(never_updates, False) if c.startswith("train.")} == set()
+    assert broadcast_first_advantage.EXPECTED_CHECK in checks(broadcast_first_advantage, False)
