@@ -81,7 +81,8 @@ def audit_step(
     if observed.measured is None:
         findings += C.check_counts(report, observed)
     else:
-        findings += T.check_counts_measured(report, observed.measured, {**observed.metrics, **observed.reported_counts})
+        findings += T.check_counts_measured(report, observed.measured, {**observed.metrics, **observed.reported_counts},
+                                            training)
         if training is not None:
             findings += T.check_step_quantities(report, training, observed.measured, observed.metrics, tol)
             findings += T.check_reported_loss_metrics(report, training, observed.metrics, tol)

@@ -29,9 +29,16 @@ def _metric(metrics: Mapping[str, float | int], key: str) -> float | None:
         return math.nan
 
 
-def check_counts_measured(report: Reporter, measured: MeasuredStep, metrics: Mapping[str, float | int]) -> list[Finding]:
-    """One optimizer update and one scheduler increment per logical batch, read from the state itself."""
+def check_counts_measured(report: Reporter, measured: MeasuredStep, metrics: Mapping[str, float | int],
+                          truth: StepTruth | None = None) -> list[Finding]:
+    """One optimizer update and one scheduler increment per logical batch, read from the state itself.
+
+    The update may leave out a parameter no row reached (`StepTruth.unreached`: torch skips a None
+    gradient; FSDP's and Megatron's buffers hand it a zero one); leaving out any other is a finding.
+    Without the oracle's step (`truth` None) every skipped parameter is.
+    """
     out: list[Finding] = []
+    skipped = sorted(measured.skipped_parameters - (truth.unreached if truth is not None else frozenset()))
     if measured.optimizer_steps != 1:
         out.append(report("counts.optimizer", f"the optimizer's own step counter advanced by {measured.optimizer_steps} "
                           "during one logical batch's step (measured by the harness)", expected=1,
@@ -39,6 +46,11 @@ def check_counts_measured(report: Reporter, measured: MeasuredStep, metrics: Map
     elif measured.optimizer_steps_uneven:
         out.append(report("counts.optimizer", "some parameters' optimizer step counters did not advance: the update "
                           "skipped parameters", expected="every parameter updated once", actual="uneven counters"))
+    elif skipped:
+        out.append(report("counts.optimizer", f"the update skipped {len(skipped)} parameter tensor(s) that this step's "
+                          f"rows reach (first: {skipped[0]!r}; their optimizer step counters did not advance): only a "
+                          "parameter no row reaches may be left out", expected="every parameter a row reaches updated "
+                          "once", actual=skipped[0], row=skipped[0]))
     if measured.scheduler_increments != 1:
         out.append(report("counts.scheduler", f"the LR scheduler's last_epoch advanced by {measured.scheduler_increments} "
                           "during one logical batch's step (measured by the harness)", expected=1,
@@ -237,6 +249,14 @@ def check_continuity(report: Reporter, previous: MeasuredStep, current: Measured
         if was != now:
             out.append(report("train.continuity", f"the {what} was {was} after the previous step and {now} before "
                               "this one", expected=was, actual=now))
+    if after.optimizer_step_max == before.optimizer_step_max and after.steps_by_param and before.steps_by_param:
+        reset = sorted(n for n, k in before.steps_by_param.items() if after.steps_by_param.get(n, k) != k)
+        if reset:
+            name = reset[0]
+            out.append(report("train.continuity", f"the optimizer step counter of {len(reset)} parameter tensor(s) "
+                              f"changed between the end of the previous step and the start of this one (first: "
+                              f"{name!r})", expected=after.steps_by_param[name], actual=before.steps_by_param[name],
+                              row=name))
     return out
 
 

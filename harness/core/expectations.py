@@ -128,6 +128,9 @@ class ExpectedTrainingStep:
     #: Parameter name → the gradient the optimizer must apply: after the dp all-reduce and clipping
     #: (float64 tensors); None where not computed.
     clipped_gradient: Any = field(default=None, repr=False)
+    #: Names of the parameters no trained row reached (autograd left their gradient None): the only ones
+    #: an update may leave out.
+    unreached: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, slots=True, eq=False)

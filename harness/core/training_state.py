@@ -47,6 +47,9 @@ class TrainingSnapshot:
     #: inside the gradient) of its parameter group; None unless every group is a plain Adam/AdamW update
     #: (no amsgrad, no maximize), the only rule whose learning rate `MeasuredStep.applied_lr` can read back.
     update_rule: Mapping[str, tuple[float, float]] | None = field(default=None, repr=False)
+    #: Parameter name → the optimizer's own ``step`` for it (0 before its first update). torch keeps one
+    #: per parameter and skips a parameter whose ``.grad`` is None; empty when not read.
+    steps_by_param: Mapping[str, int] = field(default_factory=dict, repr=False)
 
 
 def _step_count(state: Mapping[str, Any]) -> int:
@@ -131,6 +134,7 @@ def snapshot_training_state(policy: Any, optimizer: Any, scheduler: Any) -> Trai
     named = list(policy.named_parameters())
     weights = {name: p.detach().to(device="cpu", dtype=torch.float64).clone() for name, p in named}
     steps = [_step_count(optimizer.state.get(p, {})) for group in optimizer.param_groups for p in group["params"]]
+    steps_by_param = {name: _step_count(optimizer.state.get(p, {})) for name, p in named}
     first, second, moment_settings = _moments(named, optimizer)
     return TrainingSnapshot(
         weights=weights,
@@ -143,6 +147,7 @@ def snapshot_training_state(policy: Any, optimizer: Any, scheduler: Any) -> Trai
         second_moments=second,
         moment_settings=moment_settings,
         update_rule=_update_rule(named, optimizer) if first is not None else None,
+        steps_by_param=steps_by_param,
     )
 
 
@@ -167,11 +172,34 @@ class MeasuredStep:
         """Optimizer updates the step took: the largest per-parameter counter increase."""
         return self.after.optimizer_step_max - self.before.optimizer_step_max
 
+    def _advances(self) -> dict[str, int] | None:
+        """Parameter name → how far its own counter moved, or None when the counters were not read per parameter."""
+        a, b = self.after.steps_by_param, self.before.steps_by_param
+        if not a or set(a) != set(b):
+            return None
+        return {name: a[name] - b[name] for name in a}
+
+    @property
+    def skipped_parameters(self) -> frozenset[str]:
+        """Parameters a single update left out: their counter stayed while the others advanced by one.
+
+        torch's optimizers skip a parameter whose ``.grad`` is None, which a plain loop leaves on a
+        parameter no row reached; whether that was allowed is the oracle's to say (`unreached`).
+        """
+        advances = self._advances()
+        if advances is None or self.optimizer_steps != 1:
+            return frozenset()
+        return frozenset(name for name, k in advances.items() if k == 0)
+
     @property
     def optimizer_steps_uneven(self) -> bool:
-        """Some parameters were updated more often than others (an update that skipped parameters)."""
-        return (self.after.optimizer_step_max - self.before.optimizer_step_max
-                != self.after.optimizer_step_min - self.before.optimizer_step_min)
+        """Some parameters were updated more often than others, besides those one update skipped (`skipped_parameters`)."""
+        advances = self._advances()
+        if advances is None:
+            return (self.after.optimizer_step_max - self.before.optimizer_step_max
+                    != self.after.optimizer_step_min - self.before.optimizer_step_min)
+        kinds = set(advances.values()) - ({0} if self.optimizer_steps == 1 else set())
+        return len(kinds) > 1
 
     @property
     def scheduler_increments(self) -> int:
@@ -190,18 +218,25 @@ class MeasuredStep:
         ``g = (m_after − β1·m_before) / (1 − β1)`` — after clipping, before weight decay (decoupled in
         AdamW), whatever the trainer reported. Rounding of the stored moments bounds the reading error by
         ``4·eps·(|m_after| + β1·|m_before| + |g|) / (1 − β1)`` with eps that of the moments' dtype.
-        None unless the step took exactly one update and both snapshots hold Adam moments for the same
-        parameters.
+        A parameter the update skipped (`skipped_parameters`) applied none: a zero gradient, read
+        exactly, provided its moment did not move. None unless the step took exactly one update and
+        both snapshots hold Adam moments for the same parameters.
         """
         a, b = self.after.first_moments, self.before.first_moments
         if a is None or b is None or set(a) != set(b) or self.optimizer_steps != 1 or self.optimizer_steps_uneven:
             return None
+        skipped = self.skipped_parameters
         out: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
         for name, m_after in a.items():
             beta1, _, eps = self.after.moment_settings[name]
             m_before = b[name]
             if m_before.shape != m_after.shape or not 0.0 <= beta1 < 1.0:
                 return None
+            if name in skipped:
+                if not torch.equal(m_after, m_before):
+                    return None  # a moment moved without its counter: no single update explains it
+                out[name] = (torch.zeros_like(m_after), torch.zeros_like(m_after))
+                continue
             g = (m_after - beta1 * m_before) / (1.0 - beta1)
             err = 4.0 * eps * (m_after.abs() + beta1 * m_before.abs() + g.abs()) / (1.0 - beta1)
             out[name] = (g, err)
@@ -224,6 +259,8 @@ class MeasuredStep:
         (`TrainingSnapshot.update_rule`), some weight was meant to move, and one rate explains every
         weight to within that rounding (``‖residual‖ ≤ 2‖e‖``): an update of another shape (L2 decay
         applied by hand, a frozen parameter, a wrong ε) has no single rate, and `train.update` names it.
+        ``t`` is each parameter's own counter; parameters the update skipped are left out of the fit
+        (`train.update` checks that they did not move).
         """
         rule, m_after, v_after = self.after.update_rule, self.after.first_moments, self.after.second_moments
         names = set(self.after.weights)
@@ -231,10 +268,10 @@ class MeasuredStep:
                 or not names or set(rule) != names or set(m_after) != names or set(v_after) != names \
                 or set(self.before.weights) != names:
             return None
-        t = self.after.optimizer_step_max
         parts: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, float]] = []  # (Δ, u, |Adam term|, |a|+|b|, eps)
         dot = norm2 = 0.0
-        for name in sorted(names):
+        for name in sorted(names - self.skipped_parameters):
+            t = self.after.steps_by_param.get(name, self.after.optimizer_step_max)
             beta1, beta2, eps = self.after.moment_settings[name]
             adam_eps, decay = rule[name]
             before, after = self.before.weights[name], self.after.weights[name]
@@ -271,7 +308,10 @@ class MeasuredStep:
         va, vb = self.after.second_moments, self.before.second_moments
         if applied is None or va is None or vb is None or set(va) != set(applied) or set(vb) != set(applied):
             return None
+        skipped = self.skipped_parameters
         for name, (g, err) in applied.items():
+            if name in skipped:
+                continue  # no update: nothing for the two moments to agree on
             _, beta2, eps = self.after.moment_settings[name]
             if not 0.0 <= beta2 < 1.0:
                 return None

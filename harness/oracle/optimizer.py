@@ -16,9 +16,15 @@ with arithmetic, not with another call to the same library):
       m ← β1·m + (1 − β1)·g          v ← β2·v + (1 − β2)·g²
       p ← p − lr · (m / (1 − β1^t)) / (sqrt(v) / sqrt(1 − β2^t) + ε)
 
-  A parameter without a gradient is updated with ``g = 0`` (its moments still decay).
+  ``t`` is each parameter's own update count, as torch keeps it.
+- **A parameter no row reached** (autograd leaves its gradient None: the image patch projection on a
+  text-only batch) is updated one of two ways, both correct: with ``g = 0`` (its moments decay, its
+  weight decays), as FSDP's flat and Megatron's contiguous gradient buffers hand it to the
+  optimizer; or not at all (weights, moments and ``t`` unchanged), as `torch.optim.AdamW` treats a
+  ``.grad`` left None by a plain loop. The trainer's choice is read from its own per-parameter
+  counters (`skip` in `adamw_update`); skipping a parameter a row reached is a bug the audit names.
 
-The state (moments and step count) is the oracle's own: it starts from zeros and is carried from
+The state (moments and step counts) is the oracle's own: it starts from zeros and is carried from
 step to step from the oracle's gradients, never read back from a trainer.
 """
 
@@ -38,9 +44,9 @@ CLIP_EPS = 1e-6
 
 @dataclass(slots=True)
 class AdamState:
-    """AdamW moments per parameter name and the number of updates taken so far."""
+    """AdamW moments and update counts per parameter name (absent: no update yet)."""
 
-    step: int = 0
+    steps: dict[str, int] = field(default_factory=dict)
     exp_avg: dict[str, torch.Tensor] = field(default_factory=dict)
     exp_avg_sq: dict[str, torch.Tensor] = field(default_factory=dict)
 
@@ -72,22 +78,32 @@ def adamw_update(
     state: AdamState,
     settings: OptimizerSettings,
     lr: float,
+    *,
+    skip: frozenset[str] = frozenset(),
 ) -> tuple[dict[str, torch.Tensor], AdamState]:
-    """(parameters after one AdamW step, the new state); inputs are left untouched."""
+    """(parameters after one AdamW step, the new state); inputs are left untouched.
+
+    Parameters named in `skip` keep their weights, moments and count (torch's AdamW on a None gradient).
+    """
     b1, b2 = settings.betas
-    t = state.step + 1
-    new = AdamState(step=t)
+    new = AdamState()
     out: dict[str, torch.Tensor] = {}
-    bc1 = 1.0 - b1**t
-    bc2 = 1.0 - b2**t
     for name, p in params.items():
         p64 = p.to(torch.float64)
+        if name in skip:
+            out[name] = p64.clone()
+            if name in state.steps:
+                new.steps[name] = state.steps[name]
+                new.exp_avg[name], new.exp_avg_sq[name] = state.exp_avg[name], state.exp_avg_sq[name]
+            continue
+        t = state.steps.get(name, 0) + 1
         g = grads.get(name)
         g = torch.zeros_like(p64) if g is None else g.to(torch.float64)
         m = state.exp_avg.get(name, torch.zeros_like(p64)) * b1 + (1.0 - b1) * g
         v = state.exp_avg_sq.get(name, torch.zeros_like(p64)) * b2 + (1.0 - b2) * g * g
         decayed = p64 * (1.0 - lr * settings.weight_decay)
-        out[name] = decayed - lr * (m / bc1) / (v.sqrt() / math.sqrt(bc2) + settings.eps)
+        out[name] = decayed - lr * (m / (1.0 - b1**t)) / (v.sqrt() / math.sqrt(1.0 - b2**t) + settings.eps)
+        new.steps[name] = t
         new.exp_avg[name] = m
         new.exp_avg_sq[name] = v
     return out, new

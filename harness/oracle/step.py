@@ -78,8 +78,14 @@ def expected_step(
     *,
     reference_weights: Mapping[str, torch.Tensor] | None,
     scheduler_increments: int,
+    skipped: frozenset[str] = frozenset(),
 ) -> tuple[StepTruth, AdamState]:
-    """One step's truth and the oracle's optimizer state after it (see the module docstring)."""
+    """One step's truth and the oracle's optimizer state after it (see the module docstring).
+
+    `skipped` names the parameters the trainer's update left out (measured from its own counters):
+    those no row reached keep their weights and state, as `torch.optim.AdamW` leaves a None gradient;
+    the others are expected to take their update (`compactsim.harness.oracle.optimizer`).
+    """
     loss_settings = settings.loss
     beta = loss_settings.reference_policy_kl_penalty
     if beta != 0 and reference_weights is None:
@@ -114,11 +120,12 @@ def expected_step(
         prob_error_total += float(torch.exp((gen - lp.detach()).abs()).sum()) * row.sample_mask
         row_tokens[id(row)] = RowTokens(lp.detach(), gen, row.sample_mask)
 
+    unreached = frozenset(name for name, p in policy.named_parameters() if p.grad is None)
     grads = {name: (p.grad.detach().clone() if p.grad is not None else torch.zeros_like(p))
              for name, p in policy.named_parameters()}
     clipped, norm = clip(grads, settings.optimizer.max_grad_norm)
     lr = learning_rate(settings.optimizer, scheduler_increments)
-    after, new_state = adamw_update(weights_before, clipped, state, settings.optimizer, lr)
+    after, new_state = adamw_update(weights_before, clipped, state, settings.optimizer, lr, skip=skipped & unreached)
     actor_loss = actor_total / denominator
     kl_loss = kl_total / denominator
     empty = torch.zeros(0, dtype=torch.float64)
@@ -140,6 +147,7 @@ def expected_step(
         **asdict(diagnostics),
         params_after=after,
         clipped_gradient=clipped,
+        unreached=unreached,
     )
     return truth, new_state
 

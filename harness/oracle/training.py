@@ -1,11 +1,13 @@
 """The oracle's account of a whole run's training: one `StepTruth` per trained step, state carried across.
 
-The optimizer state (AdamW moments, update count) and the learning-rate schedule are the
-oracle's own, started from the scenario's config and advanced by its own gradients only; the
-weights each step starts from are the ones the harness measured before that step. So a trainer
-whose update drifts is caught at the step where it drifts, and the next step is still judged
-from where the trainer really was. The reference policy of the KL term is the harness's weights
-before step 0 (the checkpoint both sides started from).
+The optimizer state (AdamW moments, update counts) and the learning-rate schedule are the
+oracle's own, started from the scenario's config and advanced by its own gradients only; the one
+thing read from the trainer is which parameters that no row reached its update left out (torch
+and FSDP/Megatron legitimately differ there). The weights each step starts from are the ones the
+harness measured before that step. So a trainer whose update drifts is caught at the step where
+it drifts, and the next step is still judged from where the trainer really was. The reference
+policy of the KL term is the harness's weights before step 0 (the checkpoint both sides started
+from).
 """
 
 from __future__ import annotations
@@ -55,7 +57,7 @@ def expect_training(
         pixels = _pixels(logs_by_step[k], wanted, cache)
         truth, state = expected_step(
             exp_step.step, exp_step.rows, pixels, m.before.weights, m.before.model_config, settings, state,
-            reference_weights=reference, scheduler_increments=k,
+            reference_weights=reference, scheduler_increments=k, skipped=m.skipped_parameters,
         )
         out.append(truth)
     return tuple(out)

@@ -74,6 +74,7 @@ BROKEN = (
     "adam_coupled_weight_decay",
     "adam_without_bias_correction",
     "gradient_never_zeroed",
+    "frozen_embedding",
 )
 #: Backends that train right but report one loss metric wrong: `train.metric` must name `EXPECTED_KEY`.
 MISREPORTING = (
@@ -109,6 +110,14 @@ def test_broken_backend_provokes_its_paired_finding(module: str):
     hits = [f for f in rec.findings if f.check == mod.EXPECTED_CHECK]
     assert hits, [f.check for f in rec.findings]
     assert all(f.reproduce == f"compactsim run {mod.SCENARIO} --seed 0 --backend {spec}" for f in rec.findings)
+
+
+def test_a_frozen_embedding_is_named_as_a_skipped_parameter_that_rows_reach():
+    """AdamW skipping a parameter is allowed only where no row reached it (`correct_plain_torch_loop` passes)."""
+    rec = record_of("image-compaction-k2-rolling", "tests.quality.frozen_embedding:Backend")
+    skipped = [f for f in rec.findings if f.check == "counts.optimizer"]
+    assert skipped and {(f.row, f.actual) for f in skipped} == {("tok_emb.weight", "tok_emb.weight")}
+    assert [f.step for f in skipped] == list(range(rec.steps))
 
 
 def test_weights_the_server_refuses_end_the_run_after_the_step_keeping_its_findings():

@@ -35,6 +35,7 @@ CORRECT = (  # wrapped_policy (DDP-style names) has its own test in test_broken_
     "correct_checkpoint_restore",
     "correct_logits_upcast",
     "correct_float32_advantages",
+    "correct_plain_torch_loop",
 )
 
 

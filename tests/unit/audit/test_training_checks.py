@@ -63,6 +63,55 @@ def test_an_update_that_skipped_parameters_is_uneven():
     assert (f.check, f.actual) == ("counts.optimizer", "uneven counters")
 
 
+def _counted(before: dict[str, int], after: dict[str, int], *, moments: tuple[dict, dict] | None = None) -> MeasuredStep:
+    """A step whose snapshots carry per-parameter counters (and, optionally, first moments)."""
+    def snap(weights, counts, epoch, first):
+        settings = {n: (0.9, 0.999, 2.2e-16) for n in weights} if first is not None else {}
+        return replace(_snap(weights, step_min=min(counts.values()), step_max=max(counts.values()), epoch=epoch),
+                       steps_by_param=counts, first_moments=first, moment_settings=settings)
+    m_before, m_after = moments if moments is not None else (None, None)
+    return MeasuredStep(snap(BEFORE, before, 0, m_before), snap(AFTER, after, 1, m_after))
+
+
+def test_an_update_may_leave_out_only_parameters_no_row_reached():
+    """torch's AdamW skips a parameter whose `.grad` is None (a plain loop leaves it so where no row reached
+    it); the oracle's `unreached` says where that is allowed, and the finding names any other."""
+    m = _counted({"w": 4, "b": 3}, {"w": 5, "b": 3})
+    assert (m.optimizer_steps, m.skipped_parameters, m.optimizer_steps_uneven) == (1, frozenset({"b"}), False)
+    assert check_counts_measured(REPORT, m, {}, replace(TRUTH, unreached=frozenset({"b"}))) == []
+    [f] = check_counts_measured(REPORT, m, {}, replace(TRUTH, unreached=frozenset({"w"})))
+    assert (f.check, f.row, f.actual) == ("counts.optimizer", "b", "b")
+    assert "the update skipped 1 parameter tensor(s) that this step's rows reach" in f.message
+    [g] = check_counts_measured(REPORT, m, {})  # no oracle step: nothing says b was out of reach
+    assert (g.check, g.row) == ("counts.optimizer", "b")
+    [h] = check_counts_measured(REPORT, _counted({"w": 0, "b": 0}, {"w": 1, "b": 2}), {}, TRUTH)
+    assert (h.check, h.expected, h.actual) == ("counts.optimizer", 1, 2)
+    [u] = check_counts_measured(REPORT, _counted({"w": 0, "b": 0, "c": 0}, {"w": 0, "b": 1, "c": 3}), {}, TRUTH)
+    assert (u.check, u.expected, u.actual) == ("counts.optimizer", 1, 3)
+
+
+def test_a_skipped_parameter_applied_a_zero_gradient_when_its_moment_stayed():
+    m0 = {"w": torch.full((2, 2), 0.5, dtype=torch.float64), "b": torch.full((3,), 0.25, dtype=torch.float64)}
+    m1 = {"w": m0["w"] * 0.9 + 0.1 * 2.0, "b": m0["b"].clone()}
+    applied = _counted({"w": 1, "b": 1}, {"w": 2, "b": 1}, moments=(m0, m1)).applied_gradient()
+    assert applied is not None
+    assert torch.allclose(applied["w"][0], torch.full((2, 2), 2.0, dtype=torch.float64), atol=1e-14)
+    assert torch.equal(applied["b"][0], torch.zeros(3, dtype=torch.float64))
+    moved = {"w": m1["w"], "b": m0["b"] * 0.9}
+    assert _counted({"w": 1, "b": 1}, {"w": 2, "b": 1}, moments=(m0, moved)).applied_gradient() is None
+
+
+def test_a_parameters_own_counter_reset_between_steps_breaks_continuity():
+    first = _counted({"w": 0, "b": 0}, {"w": 2, "b": 1})
+
+    def starting_with(counts: dict[str, int]) -> MeasuredStep:
+        return MeasuredStep(replace(first.after, steps_by_param=counts), first.after)
+
+    [f] = check_continuity(REPORT, first, starting_with({"w": 2, "b": 0}))
+    assert (f.check, f.row, f.expected, f.actual) == ("train.continuity", "b", 1, 0)
+    assert check_continuity(REPORT, first, starting_with({"w": 2, "b": 1})) == []
+
+
 def test_learning_rate_loss_and_grad_norm_are_compared_with_the_oracle():
     findings = check_step_quantities(REPORT, TRUTH, _measured(lr=2e-3), {"loss": 0.25, "grad_norm": 2.0 + 1e-6, "lr": 2e-3},
                                      Tolerances())

@@ -38,7 +38,29 @@ def test_adamw_matches_torch_adamw_over_three_steps_with_weight_decay():
         params, state = adamw_update(params, grads, state, settings, 1e-2)
         for k in params:
             assert torch.allclose(params[k], live[k].detach(), rtol=0, atol=1e-15), (step, k)
-    assert state.step == 3
+    assert state.steps == {k: 3 for k in params}
+
+
+def test_a_skipped_parameter_follows_torch_adamw_on_a_none_gradient():
+    """A plain loop leaves `.grad` None on a parameter no row reached and torch's AdamW skips it: no weight
+    decay, no moment decay, and its own step count stays behind, so its next update's bias corrections
+    use that count. The oracle's `skip` reproduces it; the zero-gradient convention updates it instead."""
+    settings = OptimizerSettings(learning_rate=1e-2, weight_decay=0.1)
+    params = _params(0)
+    live = {k: torch.nn.Parameter(v.clone()) for k, v in params.items()}
+    opt = torch.optim.AdamW(live.values(), lr=1e-2, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.1, foreach=False)
+    state = AdamState()
+    for step, skipped in enumerate(({"b"}, set(), {"a"}, set())):
+        grads = _params(10 + step)
+        for k, p in live.items():
+            p.grad = None if k in skipped else grads[k].clone()
+        opt.step()
+        params, state = adamw_update(params, grads, state, settings, 1e-2, skip=frozenset(skipped))
+        for k in params:
+            assert torch.allclose(params[k], live[k].detach(), rtol=0, atol=1e-15), (step, k)
+    assert state.steps == {"a": 3, "b": 3} == {k: int(opt.state[p]["step"]) for k, p in live.items()}
+    zero_filled, _ = adamw_update(_params(0), {"a": _params(10)["a"]}, AdamState(), settings, 1e-2)
+    assert not torch.equal(zero_filled["b"], _params(0)["b"])  # g = 0 still decays the weight
 
 
 def test_a_parameter_without_gradient_still_decays_its_moments_but_does_not_move_at_step_one():
