@@ -154,14 +154,16 @@ async def handle(state: ServerState, endpoint: str, raw: bytes) -> Response:
     limits = state.settings.limits
 
     async def work() -> Response:
+        decoded = None
         try:
-            check_request(load_json(raw, json_limits(limits)), endpoint, limits)
+            decoded = load_json(raw, json_limits(limits))
+            check_request(decoded, endpoint, limits)
         except LimitExceeded as exc:
             if exc.limit != "json_syntax":  # malformed JSON keeps the pipeline's FastAPI-shaped 422
                 return reject(state, endpoint, raw, exc)
         if endpoint == "tokenize":
-            return await state.tokenize(raw)
-        return await state.generate(endpoint, raw)
+            return await state.tokenize(raw, decoded)
+        return await state.generate(endpoint, raw, decoded)
 
     return await run_off_loop(work)
 

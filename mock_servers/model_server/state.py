@@ -58,10 +58,14 @@ class ServerState:
 
     # ------------------------------------------------------------------ parsing
 
-    def parse(self, raw: bytes, model: type[BaseModel]) -> tuple[dict[str, Any], BaseModel, str]:
-        """Raw body -> (JSON object, validated model, canonical digest); 422 on any problem."""
+    def parse(self, raw: bytes, model: type[BaseModel], decoded: Any = None) -> tuple[dict[str, Any], BaseModel, str]:
+        """Raw body -> (JSON object, validated model, canonical digest); 422 on any problem.
+
+        `decoded` is `raw` already decoded by the limits' reader (`handle`), which returns exactly what
+        `json.loads` does for a body it accepts; None decodes here.
+        """
         try:
-            obj = json.loads(raw)
+            obj = json.loads(raw) if decoded is None else decoded
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise _Invalid([{"type": "json_invalid", "loc": ["body", exc.pos if hasattr(exc, "pos") else 0],
                              "msg": f"JSON decode error: {exc}"}]) from None
@@ -99,9 +103,9 @@ class ServerState:
 
     # ------------------------------------------------------------------ endpoints
 
-    async def tokenize(self, raw: bytes) -> Response:
+    async def tokenize(self, raw: bytes, decoded: Any = None) -> Response:
         try:
-            _, req, digest = self.parse(raw, TokenizeRequest)
+            _, req, digest = self.parse(raw, TokenizeRequest, decoded)
             rendered = self.render(req)
             self.engine.check_media(rendered)
         except (_Invalid, RequestRejected) as exc:
@@ -113,11 +117,11 @@ class ServerState:
         self._log_ok("tokenize", digest, resp.body, NO_FAULTS, None, len(rendered.token_ids), None)
         return resp
 
-    async def generate(self, endpoint: str, raw: bytes) -> Response:
-        """`endpoint` is "chat" or "responses"."""
+    async def generate(self, endpoint: str, raw: bytes, decoded: Any = None) -> Response:
+        """`endpoint` is "chat" or "responses"; `decoded` as in `parse`."""
         model = ChatCompletionRequest if endpoint == "chat" else ResponsesRequest
         try:
-            obj, req, digest = self.parse(raw, model)
+            obj, req, digest = self.parse(raw, model, decoded)
             rendered = self.render(req)
             hints = read_hints(obj.get("metadata"))
             self.engine.check_media(rendered)

@@ -276,3 +276,23 @@ def test_an_unwritable_request_log_is_refused_when_the_app_is_built(tmp_path):
         create_app(ServerSettings(request_log_path=str(tmp_path / "afile" / "log.jsonl")))
     create_app(ServerSettings(request_log_path=str(tmp_path / "log.jsonl")))
     assert (tmp_path / "log.jsonl").read_text() == ""  # created empty, appended to per request
+
+
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/tokenize"])
+def test_an_accepted_body_is_decoded_once_and_a_malformed_one_keeps_fastapis_422(scripted_settings, monkeypatch, path):
+    """The limits' reader decodes the body and the pipeline reuses that object (a large body costs one decode)."""
+    decodes: list[int] = []
+    real = json.JSONDecoder.decode
+
+    def counting(self, s, *args, **kwargs):
+        decodes.append(len(s))
+        return real(self, s, *args, **kwargs)
+
+    monkeypatch.setattr(json.JSONDecoder, "decode", counting)
+    body = chat_body(metadata=meta("r1", 1)) if path != "/tokenize" else {"messages": chat_body()["messages"]}
+    raw = json.dumps(body).encode()
+    with client_for(scripted_settings) as c:
+        assert c.post(path, content=raw, headers={"content-type": "application/json"}).status_code == 200
+        assert decodes.count(len(raw)) == 1
+        bad = c.post(path, content=b'{"messages": [', headers={"content-type": "application/json"})
+    assert (bad.status_code, bad.json()["detail"][0]["type"]) == (422, "json_invalid")
