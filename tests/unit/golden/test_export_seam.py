@@ -54,6 +54,7 @@ def test_scenario_run_step_data_equals_the_files_write_outputs_writes(tmp_path: 
             if key in summary] == []
 
 
+@pytest.mark.slow
 def test_export_runs_skip_only_the_training_oracle_and_its_train_checks():
     """`audit_training=False` (what the export runs) drops the oracle's training step and nothing else:
     a trainer that never applies its update is a `train.update` finding in a full run only, while a
