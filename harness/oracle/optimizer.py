@@ -23,6 +23,11 @@ with arithmetic, not with another call to the same library):
   optimizer; or not at all (weights, moments and ``t`` unchanged), as `torch.optim.AdamW` treats a
   ``.grad`` left None by a plain loop. The trainer's choice is read from its own per-parameter
   counters (`skip` in `adamw_update`); skipping a parameter a row reached is a bug the audit names.
+- **Weight decay** ``λ`` is the configured one on every parameter (`torch.optim.AdamW(model.parameters())`,
+  NeMo-RL's DTensor path), or, when the trainer's own param groups show exactly Megatron-core's
+  default convention, 0 on biases and 1-D parameters (norms) and the configured one elsewhere
+  (`megatron_no_decay`; NeMo-RL's Megatron path, same config). Any other pattern is judged against
+  the configured decay everywhere (`weight_decays`).
 
 The state (moments and step counts) is the oracle's own: it starts from zeros and is carried from
 step to step from the oracle's gradients, never read back from a trainer.
@@ -31,7 +36,7 @@ step to step from the oracle's gradients, never read back from a trainer.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -72,6 +77,24 @@ def clip(grads: Mapping[str, torch.Tensor], max_norm: float | None) -> tuple[dic
     return {k: g * scale for k, g in grads.items()}, norm
 
 
+def megatron_no_decay(name: str, shape: Sequence[int]) -> bool:
+    """Megatron-core's default no-decay rule (``_get_param_groups`` without a ``no_weight_decay_cond``):
+    biases (``*.bias``) and every 1-D parameter."""
+    return name.endswith(".bias") or len(shape) == 1
+
+
+def weight_decays(params: Mapping[str, torch.Tensor], configured: float,
+                  trainer: Mapping[str, float] | None) -> dict[str, float]:
+    """Each parameter's decoupled weight decay: `configured` everywhere, or Megatron's convention
+    (`megatron_no_decay` parameters at 0) when the trainer's param groups (`trainer`: name → λ, as the
+    harness read them) show exactly that."""
+    everywhere = {name: configured for name in params}
+    if trainer is None or configured == 0.0:
+        return everywhere
+    megatron = {name: 0.0 if megatron_no_decay(name, p.shape) else configured for name, p in params.items()}
+    return megatron if dict(trainer) == megatron else everywhere
+
+
 def adamw_update(
     params: Mapping[str, torch.Tensor],
     grads: Mapping[str, torch.Tensor],
@@ -80,10 +103,12 @@ def adamw_update(
     lr: float,
     *,
     skip: frozenset[str] = frozenset(),
+    decays: Mapping[str, float] | None = None,
 ) -> tuple[dict[str, torch.Tensor], AdamState]:
     """(parameters after one AdamW step, the new state); inputs are left untouched.
 
     Parameters named in `skip` keep their weights, moments and count (torch's AdamW on a None gradient).
+    `decays` gives each parameter's λ (`weight_decays`); None: the configured one on every parameter.
     """
     b1, b2 = settings.betas
     new = AdamState()
@@ -101,7 +126,7 @@ def adamw_update(
         g = torch.zeros_like(p64) if g is None else g.to(torch.float64)
         m = state.exp_avg.get(name, torch.zeros_like(p64)) * b1 + (1.0 - b1) * g
         v = state.exp_avg_sq.get(name, torch.zeros_like(p64)) * b2 + (1.0 - b2) * g * g
-        decayed = p64 * (1.0 - lr * settings.weight_decay)
+        decayed = p64 * (1.0 - lr * (settings.weight_decay if decays is None else decays[name]))
         out[name] = decayed - lr * (m / (1.0 - b1**t)) / (v.sqrt() / math.sqrt(1.0 - b2**t) + settings.eps)
         new.steps[name] = t
         new.exp_avg[name] = m
@@ -109,4 +134,5 @@ def adamw_update(
     return out, new
 
 
-__all__ = ["CLIP_EPS", "AdamState", "adamw_update", "clip", "global_norm", "learning_rate"]
+__all__ = ["CLIP_EPS", "AdamState", "adamw_update", "clip", "global_norm", "learning_rate", "megatron_no_decay",
+           "weight_decays"]

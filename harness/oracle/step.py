@@ -36,7 +36,7 @@ from compactsim.harness.core.expectations import ExpectedRow
 from compactsim.harness.core.expectations import ExpectedTrainingStep as StepTruth
 from compactsim.harness.core.policy import TinyPolicy
 from compactsim.harness.oracle.rows import decode_rgb
-from compactsim.harness.oracle.optimizer import AdamState, adamw_update, clip, learning_rate
+from compactsim.harness.oracle.optimizer import AdamState, adamw_update, clip, learning_rate, weight_decays
 from compactsim.harness.oracle.step_loss import NORMALIZER_EPS, row_loss
 from compactsim.harness.oracle.step_metrics import RowTokens, loss_metrics
 from compactsim.harness.oracle.step_settings import StepSettings
@@ -79,12 +79,15 @@ def expected_step(
     reference_weights: Mapping[str, torch.Tensor] | None,
     scheduler_increments: int,
     skipped: frozenset[str] = frozenset(),
+    trainer_decays: Mapping[str, float] | None = None,
 ) -> tuple[StepTruth, AdamState]:
     """One step's truth and the oracle's optimizer state after it (see the module docstring).
 
     `skipped` names the parameters the trainer's update left out (measured from its own counters):
     those no row reached keep their weights and state, as `torch.optim.AdamW` leaves a None gradient;
     the others are expected to take their update (`compactsim.harness.oracle.optimizer`).
+    `trainer_decays` is each parameter's weight decay in the trainer's own param groups (measured):
+    Megatron's no-decay convention is followed when it shows exactly that (`weight_decays`).
     """
     loss_settings = settings.loss
     beta = loss_settings.reference_policy_kl_penalty
@@ -125,7 +128,9 @@ def expected_step(
              for name, p in policy.named_parameters()}
     clipped, norm = clip(grads, settings.optimizer.max_grad_norm)
     lr = learning_rate(settings.optimizer, scheduler_increments)
-    after, new_state = adamw_update(weights_before, clipped, state, settings.optimizer, lr, skip=skipped & unreached)
+    decays = weight_decays(weights_before, settings.optimizer.weight_decay, trainer_decays)
+    after, new_state = adamw_update(weights_before, clipped, state, settings.optimizer, lr, skip=skipped & unreached,
+                                    decays=decays)
     actor_loss = actor_total / denominator
     kl_loss = kl_total / denominator
     empty = torch.zeros(0, dtype=torch.float64)

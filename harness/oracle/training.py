@@ -1,13 +1,14 @@
 """The oracle's account of a whole run's training: one `StepTruth` per trained step, state carried across.
 
 The optimizer state (AdamW moments, update counts) and the learning-rate schedule are the
-oracle's own, started from the scenario's config and advanced by its own gradients only; the one
-thing read from the trainer is which parameters that no row reached its update left out (torch
-and FSDP/Megatron legitimately differ there). The weights each step starts from are the ones the
-harness measured before that step. So a trainer whose update drifts is caught at the step where
-it drifts, and the next step is still judged from where the trainer really was. The reference
-policy of the KL term is the harness's weights before step 0 (the checkpoint both sides started
-from).
+oracle's own, started from the scenario's config and advanced by its own gradients only. Two
+things are read from the trainer, conventions that torch, FSDP and Megatron legitimately differ
+on (`compactsim.harness.oracle.optimizer`): which parameters that no row reached its update left
+out, and whether its param groups spare biases and norms weight decay. The weights each step
+starts from are the ones the harness measured before that step. So a trainer whose update drifts
+is caught at the step where it drifts, and the next step is still judged from where the trainer
+really was. The reference policy of the KL term is the harness's weights before step 0 (the
+checkpoint both sides started from).
 """
 
 from __future__ import annotations
@@ -37,6 +38,12 @@ def _pixels(logs: Sequence[Mapping[str, Any]], wanted: set[str], cache: dict[str
     return {m: cache[m] for m in wanted if m in cache}
 
 
+def _decays(measured: MeasuredStep) -> dict[str, float] | None:
+    """Each parameter's weight decay in the param groups of the optimizer that took the update, or None when unread."""
+    rule = measured.after.update_rule
+    return None if rule is None else {name: decay for name, (_, decay) in rule.items()}
+
+
 def expect_training(
     settings: StepSettings,
     expectation: ScenarioExpectation,
@@ -58,6 +65,7 @@ def expect_training(
         truth, state = expected_step(
             exp_step.step, exp_step.rows, pixels, m.before.weights, m.before.model_config, settings, state,
             reference_weights=reference, scheduler_increments=k, skipped=m.skipped_parameters,
+            trainer_decays=_decays(m),
         )
         out.append(truth)
     return tuple(out)

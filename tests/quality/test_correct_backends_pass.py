@@ -36,6 +36,7 @@ CORRECT = (  # wrapped_policy (DDP-style names) has its own test in test_broken_
     "correct_logits_upcast",
     "correct_float32_advantages",
     "correct_plain_torch_loop",
+    "correct_megatron_no_decay_group",
 )
 
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from compactsim.harness.oracle.optimizer import AdamState, adamw_update, clip, learning_rate
+from compactsim.harness.oracle.optimizer import AdamState, adamw_update, clip, learning_rate, weight_decays
 from compactsim.harness.oracle.routes import CallRoutes, expected_row_routes
 from compactsim.harness.oracle.step_loss import row_loss
 from compactsim.harness.oracle.step_settings import LossSettings, OptimizerSettings, StepSettings
@@ -61,6 +61,21 @@ def test_a_skipped_parameter_follows_torch_adamw_on_a_none_gradient():
     assert state.steps == {"a": 3, "b": 3} == {k: int(opt.state[p]["step"]) for k, p in live.items()}
     zero_filled, _ = adamw_update(_params(0), {"a": _params(10)["a"]}, AdamState(), settings, 1e-2)
     assert not torch.equal(zero_filled["b"], _params(0)["b"])  # g = 0 still decays the weight
+
+
+def test_weight_decay_follows_megatrons_no_decay_groups_only_when_the_trainer_shows_exactly_them():
+    params = {"w.weight": torch.zeros(3, 4), "w.bias": torch.zeros(4), "ln.weight": torch.zeros(4), "b_in": torch.zeros(2, 4)}
+    everywhere = dict.fromkeys(params, 0.1)
+    megatron = {"w.weight": 0.1, "w.bias": 0.0, "ln.weight": 0.0, "b_in": 0.1}  # 2-D and not named *.bias: decayed
+    assert weight_decays(params, 0.1, None) == everywhere
+    assert weight_decays(params, 0.1, everywhere) == everywhere
+    assert weight_decays(params, 0.1, megatron) == megatron
+    assert weight_decays(params, 0.1, dict.fromkeys(params, 0.0)) == everywhere  # no decay at all: judged as configured
+    assert weight_decays(params, 0.1, {**megatron, "ln.weight": 0.1}) == everywhere  # half a convention is none
+    assert weight_decays(params, 0.0, megatron) == dict.fromkeys(params, 0.0)
+    after, _ = adamw_update({"w.bias": torch.ones(2, dtype=torch.float64)}, {}, AdamState(),
+                            OptimizerSettings(learning_rate=0.5, weight_decay=0.1), 0.5, decays={"w.bias": 0.0})
+    assert torch.equal(after["w.bias"], torch.ones(2, dtype=torch.float64))  # g = 0, λ = 0: nothing moves
 
 
 def test_a_parameter_without_gradient_still_decays_its_moments_but_does_not_move_at_step_one():
