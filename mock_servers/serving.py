@@ -122,8 +122,7 @@ def open_mock_servers(
     model_settings: Mapping[str, Any], reward_settings: Mapping[str, Any], mode: ServerMode = "inprocess"
 ) -> Iterator[OpenServers]:
     """The mock model and reward servers built from plain settings, with one client each."""
-    import httpx
-
+    from compactsim.harness.core.http_deadline import deadline_client
     from compactsim.mock_servers.model_server import ServerSettings, create_app
     from compactsim.mock_servers.reward_server import RewardSettings
     from compactsim.mock_servers.reward_server import create_app as create_reward_app
@@ -133,9 +132,8 @@ def open_mock_servers(
     seconds = client_timeout_s(model_settings)
     with ExitStack() as stack:
         if mode == "http":
-            timeout = httpx.Timeout(seconds)
-            model = stack.enter_context(httpx.Client(base_url=stack.enter_context(serve_on_loopback(model_app)), timeout=timeout))
-            reward = stack.enter_context(httpx.Client(base_url=stack.enter_context(serve_on_loopback(reward_app)), timeout=timeout))
+            model = stack.enter_context(deadline_client(seconds, base_url=stack.enter_context(serve_on_loopback(model_app))))
+            reward = stack.enter_context(deadline_client(seconds, base_url=stack.enter_context(serve_on_loopback(reward_app))))
         else:
             model = stack.enter_context(inprocess_client(model_app, base_url="http://model", timeout_s=seconds))
             reward = stack.enter_context(inprocess_client(reward_app, base_url="http://reward", timeout_s=seconds))

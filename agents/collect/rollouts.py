@@ -25,6 +25,7 @@ from compactsim.agents.rollout.response_checks import reward_problem
 from compactsim.agents.rollout.record import RolloutFailure, RolloutRecord
 from compactsim.agents.rollout.script import RolloutSpec
 from compactsim.harness.core.digests import canonical_digest
+from compactsim.harness.core.http_deadline import deadline_client
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,10 +146,9 @@ class HttpServers:
 
     @contextmanager
     def open(self) -> Iterator[tuple[httpx.Client, httpx.Client | None]]:
-        timeout = httpx.Timeout(self.timeout_s)
         with ExitStack() as stack:
-            model = stack.enter_context(httpx.Client(base_url=self.model_url, timeout=timeout))
-            reward = (stack.enter_context(httpx.Client(base_url=self.reward_url, timeout=timeout))
+            model = stack.enter_context(deadline_client(self.timeout_s, base_url=self.model_url))
+            reward = (stack.enter_context(deadline_client(self.timeout_s, base_url=self.reward_url))
                       if self.reward_url else None)
             yield model, reward
 

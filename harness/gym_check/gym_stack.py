@@ -33,6 +33,7 @@ from typing import Any
 import httpx
 
 import compactsim
+from compactsim.harness.core.http_deadline import deadline_client
 from compactsim.harness.gym_check.errors import GymSetupError
 
 HOST = "127.0.0.1"
@@ -90,7 +91,7 @@ def free_port() -> int:
 def wait_http(url: str, proc: subprocess.Popen[bytes] | None, log: Path | None, *, timeout_s: float = START_TIMEOUT_S) -> None:
     """Poll `url` (one client for every poll) until anything answers; a dead process or the deadline is a `GymSetupError`."""
     deadline = time.monotonic() + timeout_s
-    with httpx.Client(timeout=2.0) as client:
+    with deadline_client(2.0) as client:
         while time.monotonic() < deadline:
             if proc is not None and proc.poll() is not None:
                 tail = log.read_text(encoding="utf-8", errors="replace").strip().splitlines()[-6:] if log else []

@@ -23,6 +23,7 @@ from typing import Any
 import httpx
 
 from compactsim.harness.core.errors import ConfigError
+from compactsim.harness.core.http_deadline import deadline_client
 from compactsim.harness.gym_check.errors import GymSetupError
 from compactsim.harness.gym_check.gym_stack import GymApps, ThreadServer, gym_config, serve_process, workdir
 from compactsim.harness.gym_check.gym_truth import gym_ground_truth
@@ -91,7 +92,7 @@ class GymCollector:
         self.recorder = recorder
         self.results: dict[str, dict[str, Any] | None] = {}
         self.errors: dict[str, str] = {}
-        self._client = httpx.Client(timeout=RUN_TIMEOUT_S)
+        self._client = deadline_client(RUN_TIMEOUT_S)
 
     def __enter__(self) -> GymCollector:
         return self
