@@ -122,9 +122,7 @@ def _block(x, keys, values, t, qkv_w, qkv_b, eps1, proj_w, proj_b, moe_w, moe_b,
                 y[h * hs + k] += a * values[h, s, k]
         for k in range(hs):
             y[h * hs + k] /= total
-    x1 = np.empty(d)
-    for j in range(d):
-        x1[j] = 0.0
+    x1 = np.zeros(d)
     for i in range(d):
         yi = y[i]
         for j in range(d):
@@ -155,7 +153,7 @@ def _block(x, keys, values, t, qkv_w, qkv_b, eps1, proj_w, proj_b, moe_w, moe_b,
     for k in range(top_k):
         e = chosen[k]
         g = gates[k] / total
-        mlp = out_b[e].astype(np.float64)
+        mlp = out_b[e].copy()  # float64, as stacked
         for f in range(f_width):
             v = u[n_experts + e * f_width + f]
             hidden = 0.5 * v * (1.0 + math.erf(v * 0.7071067811865476))  # exact GELU, as F.gelu

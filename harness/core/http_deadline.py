@@ -5,7 +5,7 @@ trickles its answer a few bytes per read timeout holds the call for as long as i
 caller (a rollout, gym-check's `/run`) hangs with it. `DeadlineTransport` checks the clock at every
 chunk of the body and raises `httpx.ReadTimeout` once the request's deadline has passed, which the
 callers already treat as a timeout (retried, then a typed failure). Waiting for the status line and
-headers stays bounded per read only: the server's whole answer is the body's to trickle.
+headers stays bounded per read only.
 """
 
 from __future__ import annotations
@@ -57,10 +57,10 @@ class DeadlineTransport(httpx.BaseTransport):
         self._inner.close()
 
 
-def deadline_client(timeout_s: float, *, base_url: str = "", total_s: float | None = None) -> httpx.Client:
-    """An `httpx.Client` with `timeout_s` per read and `total_s` (default `DEADLINE_READ_TIMEOUTS` × `timeout_s`) per request."""
-    total = DEADLINE_READ_TIMEOUTS * timeout_s if total_s is None else total_s
-    return httpx.Client(base_url=base_url, timeout=httpx.Timeout(timeout_s), transport=DeadlineTransport(total))
+def deadline_client(timeout_s: float, *, base_url: str = "") -> httpx.Client:
+    """An `httpx.Client` with `timeout_s` per read and `DEADLINE_READ_TIMEOUTS` × `timeout_s` per request."""
+    return httpx.Client(base_url=base_url, timeout=httpx.Timeout(timeout_s),
+                        transport=DeadlineTransport(DEADLINE_READ_TIMEOUTS * timeout_s))
 
 
 __all__ = ["DEADLINE_READ_TIMEOUTS", "DeadlineTransport", "deadline_client"]
