@@ -76,6 +76,8 @@ BROKEN = (
     "gradient_never_zeroed",
     "frozen_embedding",
     "weight_decay_dropped",
+    # a replaced train_step that forgets the trainer's refusals
+    "trains_a_row_over_the_sequence_limit",
 )
 #: Backends that train right but report one loss metric wrong: `train.metric` must name `EXPECTED_KEY`.
 MISREPORTING = (

@@ -37,6 +37,7 @@ CORRECT = (  # wrapped_policy (DDP-style names) has its own test in test_broken_
     "correct_float32_advantages",
     "correct_plain_torch_loop",
     "correct_megatron_no_decay_group",
+    "correct_independent_step",  # a whole train_step written from the README and the semantics, not from our code
 )
 
 
@@ -45,3 +46,12 @@ def test_a_correct_backend_written_differently_passes(module: str):
     mod = importlib.import_module(f"tests.quality.{module}")
     rec = run_scenario(resolve_scenarios([mod.SCENARIO])[0], RunOptions(backend=f"tests.quality.{module}:Backend")).record
     assert (rec.passed, rec.observed, tuple(rec.findings)) == (True, "success", ()), [f.message for f in rec.findings]
+
+
+@pytest.mark.parametrize("scenario", ["sequence-too-long", "fault-no-routes-replay-on", "routes-not-recorded"])
+def test_the_independent_step_makes_the_refusals_the_readme_lists(scenario: str):
+    """The README's list of what `train_step` must do includes the refusals `materialize` leaves to it."""
+    spec = "tests.quality.correct_independent_step:Backend"
+    rec = run_scenario(resolve_scenarios([scenario])[0], RunOptions(backend=spec)).record
+    assert (rec.passed, tuple(rec.findings)) == (True, ()), [f.message for f in rec.findings]
+    assert rec.observed == rec.expected and rec.observed.startswith("error:")
