@@ -416,11 +416,19 @@ def verify_scenario(
 
 
 def _say_no_lines(report: AuditReport) -> AuditReport:
-    """A scenario the dump never mentions: say so, instead of "0 optimizer steps trained"."""
-    return replace(report, findings=tuple(
-        replace(f, message=f"the dump has no line for scenario {report.scenario!r} (no row, no error line); "
-                           f"the goldens expect {f.expected} training step(s)") if f.check == "steps.count" else f
-        for f in report.findings))
+    """A scenario the dump never mentions: say so, instead of "0 optimizer steps trained" or "the run succeeded"."""
+    absent = f"the dump has no line for scenario {report.scenario!r} (no row, no error line)"
+
+    def said(f: Finding) -> Finding:
+        if f.check == "steps.count":
+            return replace(f, message=f"{absent}; the goldens expect {f.expected} training step(s)")
+        if f.check == "verdict.expected_error" and isinstance(f.expected, Mapping):
+            e = f.expected
+            return replace(f, message=f"{absent}; the goldens expect it refused with {e.get('code')} "
+                                      f"(rollout {e.get('rollout_id')!r}, turn {e.get('turn_id')})")
+        return f
+
+    return replace(report, findings=tuple(said(f) for f in report.findings))
 
 
 def _skip_unstated_advantages(expectation: ScenarioExpectation, omitted: Sequence[Omission]) -> ScenarioExpectation:

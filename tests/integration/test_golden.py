@@ -267,3 +267,8 @@ def test_findings_say_what_to_fix_in_the_dump(exported, reference):
     assert loc.check == "verdict.error_location"
     assert loc.message.endswith("expected rollout 's0-g0-r0' (the other location is not compared)")
     assert "None" not in loc.message.split("; expected")[1]
+    # 4. a scenario that must be refused, missing from the dump: said as such, not as "the run succeeded"
+    (gone,) = verify(exported, [r for r in rows if r["scenario"] != "batch-duplicate-rollout-id"], metrics).findings
+    assert (gone.check, gone.actual) == ("verdict.expected_error", "success")
+    assert gone.message == ("the dump has no line for scenario 'batch-duplicate-rollout-id' (no row, no error line); the "
+                            "goldens expect it refused with duplicate_logical_rollout_id (rollout 's0-g0-r0', turn None)")
