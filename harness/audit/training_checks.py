@@ -272,8 +272,15 @@ def check_gradient(report: Reporter, truth: StepTruth, measured: MeasuredStep, t
     """
     expected = truth.clipped_gradient
     applied = measured.applied_gradient()
+    problem = measured.after.moments_problem or measured.before.moments_problem
+    if expected is not None and applied is None and problem is not None:
+        # silence here would pass a gradient applied at any scale: Adam divides the scale out of the update
+        return [report("train.gradient", f"the gradient the optimizer applied cannot be read back: {problem}. The "
+                       "audit reads it, and the learning rate the update used, from torch's AdamW state, so a backend "
+                       "must step an optimizer that keeps it (README: what a backend's train_step must do)",
+                       expected="AdamW state: step, exp_avg, exp_avg_sq per parameter", actual=problem, row=None)]
     if expected is None or applied is None:
-        return []  # not an Adam-style optimizer, or not one update: counts.* and train.update speak for the step
+        return []  # not one update: counts.* and train.update speak for the step
     off: list[tuple[float, str, float, float]] = []  # (max |diff|, name, expected, applied) per tensor off its bound
     largest: tuple[float, str, float, float] = (-1.0, "", 0.0, 0.0)
     dot = norm2 = diff2 = 0.0
@@ -330,12 +337,38 @@ def _undetermined_step(truth: StepTruth, name: str, tol: Tolerances) -> torch.Te
     return truth.lr * torch.clamp(2.0 * delta / g, max=2.0)  # g = 0 -> inf -> 2
 
 
+def _adam_settings_finding(report: Reporter, truth: StepTruth, measured: MeasuredStep) -> list[Finding]:
+    """Every parameter group holds the oracle's (β1, β2) and ε, read from the optimizer itself before and after the step.
+
+    The weights cannot always show these: bias correction makes the first update independent of β2, and in
+    float32 the update's tolerance on entries with small gradients is wider than what ε = 1e-6 for 1e-8 moves.
+    """
+    for when, snap in (("before", measured.before), ("after", measured.after)):
+        for name in sorted(snap.moment_settings):
+            b1, b2, _ = snap.moment_settings[name]
+            if (b1, b2) != tuple(truth.adam_betas):
+                return [report("train.update", f"the optimizer's param group of {name!r} holds betas ({b1!r}, {b2!r}) "
+                               f"{when} the step; the oracle's AdamW uses {tuple(truth.adam_betas)!r}",
+                               expected=list(truth.adam_betas), actual=[b1, b2], row=name)]
+        for name in sorted(snap.update_rule or {}):
+            eps = snap.update_rule[name][0]  # type: ignore[index]
+            if eps != truth.adam_eps:
+                return [report("train.update", f"the optimizer's param group of {name!r} holds eps {eps!r} {when} the "
+                               f"step; the oracle's AdamW uses {truth.adam_eps!r}", expected=truth.adam_eps, actual=eps,
+                               row=name)]
+    return []
+
+
 def check_update(report: Reporter, truth: StepTruth, measured: MeasuredStep, tol: Tolerances) -> list[Finding]:
-    """Every parameter tensor after the step equals the oracle's AdamW update (max |diff| per tensor).
+    """Every parameter tensor after the step equals the oracle's AdamW update (max |diff| per tensor), and the
+    optimizer's param groups hold the oracle's betas and eps (`_adam_settings_finding`).
 
     Bound per entry: update_atol + update_lr_fraction·lr + update_rtol·|expected update| + weight_rtol·|expected
     weight| (the weight's own rounding) + the step the gradient's tolerance leaves open (`_undetermined_step`).
     """
+    settings = _adam_settings_finding(report, truth, measured)
+    if settings:
+        return settings
     worst: list[tuple[float, str, float, float]] = []
     after = measured.after.weights
     for name in sorted(truth.params_after):

@@ -131,6 +131,10 @@ class ExpectedTrainingStep:
     #: Names of the parameters no trained row reached (autograd left their gradient None): the only ones
     #: an update may leave out.
     unreached: frozenset[str] = frozenset()
+    #: The (β1, β2) and ε of the oracle's AdamW (torch's defaults, which NeMo-RL's configs keep): what every
+    #: parameter group of the trainer's optimizer must hold.
+    adam_betas: tuple[float, float] = (0.9, 0.999)
+    adam_eps: float = 1e-8
 
 
 @dataclass(frozen=True, slots=True, eq=False)

@@ -41,6 +41,9 @@ class TrainingSnapshot:
     first_moments: Mapping[str, torch.Tensor] | None = field(default=None, repr=False)
     #: The same for the second moment (``exp_avg_sq``).
     second_moments: Mapping[str, torch.Tensor] | None = field(default=None, repr=False)
+    #: Why `first_moments` is None (which group or parameter is not kept as torch's Adam/AdamW keeps it); None
+    #: when they were read.
+    moments_problem: str | None = None
     #: Parameter name → (β1, β2 of its parameter group, machine epsilon of the dtype its moments are stored in).
     moment_settings: Mapping[str, tuple[float, float, float]] = field(default_factory=dict, repr=False)
     #: Parameter name → (Adam's ε, decoupled weight decay λ: AdamW's, or 0 for Adam's L2 decay, which is
@@ -83,15 +86,17 @@ def _unwrapped(policy: Any) -> Any:
     return policy
 
 
-def _moments(
-    named: list[tuple[str, torch.Tensor]], optimizer: Any
-) -> tuple[dict[str, torch.Tensor] | None, dict[str, torch.Tensor] | None, dict[str, tuple[float, float, float]]]:
-    """Each parameter's Adam moments (float64 copies) with (β1, β2, storage epsilon); Nones when unreadable."""
+_Moments = tuple[dict[str, torch.Tensor] | None, dict[str, torch.Tensor] | None, dict[str, tuple[float, float, float]],
+                 str | None]
+
+
+def _moments(named: list[tuple[str, torch.Tensor]], optimizer: Any) -> _Moments:
+    """Each parameter's Adam moments (float64 copies) with (β1, β2, storage epsilon), or Nones and why they are unreadable."""
     betas_of: dict[int, tuple[float, float]] = {}
-    for group in optimizer.param_groups:
+    for k, group in enumerate(optimizer.param_groups):
         betas = group.get("betas")
         if not isinstance(betas, tuple | list) or len(betas) != 2:
-            return None, None, {}
+            return None, None, {}, f"param group {k} of {type(optimizer).__name__} has no (β1, β2) `betas`"
         for p in group["params"]:
             betas_of[id(p)] = (float(betas[0]), float(betas[1]))
     first: dict[str, torch.Tensor] = {}
@@ -100,8 +105,12 @@ def _moments(
     for name, p in named:
         state = optimizer.state.get(p, {})
         m, v = state.get("exp_avg"), state.get("exp_avg_sq")
-        if id(p) not in betas_of or (m is None) != (v is None) or (m is None and _step_count(state) > 0):
-            return None, None, {}  # updated, but not by an Adam-style rule: nothing to read the gradient from
+        if id(p) not in betas_of:
+            return None, None, {}, f"parameter {name!r} is in no param group of the optimizer"
+        if (m is None) != (v is None) or (m is None and _step_count(state) > 0):
+            # updated, but not by an Adam-style rule (or not kept under torch's keys): nothing to read the gradient from
+            return None, None, {}, (f"{type(optimizer).__name__}'s state for parameter {name!r} has the keys "
+                                    f"{sorted(map(str, state))}, not AdamW's `exp_avg` and `exp_avg_sq`")
         if m is None:
             first[name] = second[name] = torch.zeros(p.shape, dtype=torch.float64)
         else:
@@ -109,7 +118,7 @@ def _moments(
             second[name] = v.detach().to(device="cpu", dtype=torch.float64).clone()
         stored = p if m is None else m
         settings[name] = (*betas_of[id(p)], float(torch.finfo(stored.dtype).eps))
-    return first, second, settings
+    return first, second, settings, None
 
 
 def _update_rule(named: list[tuple[str, torch.Tensor]], optimizer: Any) -> dict[str, tuple[float, float]] | None:
@@ -135,7 +144,7 @@ def snapshot_training_state(policy: Any, optimizer: Any, scheduler: Any) -> Trai
     weights = {name: p.detach().to(device="cpu", dtype=torch.float64).clone() for name, p in named}
     steps = [_step_count(optimizer.state.get(p, {})) for group in optimizer.param_groups for p in group["params"]]
     steps_by_param = {name: _step_count(optimizer.state.get(p, {})) for name, p in named}
-    first, second, moment_settings = _moments(named, optimizer)
+    first, second, moment_settings, moments_problem = _moments(named, optimizer)
     return TrainingSnapshot(
         weights=weights,
         model_config=getattr(policy, "config", None),
@@ -145,6 +154,7 @@ def snapshot_training_state(policy: Any, optimizer: Any, scheduler: Any) -> Trai
         scheduler_epoch=int(scheduler.last_epoch),
         first_moments=first,
         second_moments=second,
+        moments_problem=moments_problem,
         moment_settings=moment_settings,
         update_rule=_update_rule(named, optimizer) if first is not None else None,
         steps_by_param=steps_by_param,

@@ -153,6 +153,8 @@ def expected_step(
         params_after=after,
         clipped_gradient=clipped,
         unreached=unreached,
+        adam_betas=tuple(settings.optimizer.betas),
+        adam_eps=settings.optimizer.eps,
     )
     return truth, new_state
 

@@ -78,6 +78,10 @@ BROKEN = (
     "weight_decay_dropped",
     # a replaced train_step that forgets the trainer's refusals
     "trains_a_row_over_the_sequence_limit",
+    # third red team: optimizer settings the weights alone cannot show, and an optimizer state the audit cannot read
+    "adam_eps_1e6",
+    "adam_beta2_095",
+    "loss_scale_kept_in_own_keyed_adamw",
 )
 #: Backends that train right but report one loss metric wrong: `train.metric` must name `EXPECTED_KEY`.
 MISREPORTING = (
