@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Literal
 
 from compactsim.harness.gym_check.errors import GymSetupError
+from compactsim.harness.gym_check.source_version import dynamic_version
 
 SpecKind = Literal["pypi", "wheel", "source"]
 #: Distributions the checker needs besides the revision itself (the "shim path", reference §7).
@@ -158,10 +159,14 @@ def _source_metadata(root: Path) -> tuple[str | None, list[str] | None, str | No
     if not pyproject.exists():
         return None, None, None
     try:
-        project = tomllib.loads(pyproject.read_text(encoding="utf-8")).get("project", {})
+        document = tomllib.loads(pyproject.read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as exc:
         raise GymSetupError("spec", f"{pyproject}: invalid TOML ({exc})") from None
-    return project.get("version"), list(project.get("dependencies", [])), project.get("requires-python")
+    project = document.get("project", {})
+    version = project.get("version")
+    if version is None and "version" in project.get("dynamic", []):
+        version = dynamic_version(root, document)  # NeMo-Gym's `nemo_gym.__version__`, read without importing it
+    return version, list(project.get("dependencies", [])), project.get("requires-python")
 
 
 def download_wheel(spec: GymSpec, downloads: Path, *, offline: bool) -> Path:
