@@ -216,3 +216,33 @@ def test_is_oob_ratio_is_judged_only_under_truncation():
     assert check_reported_loss_metrics(REPORT, truncated, {"is_oob_ratio": 0.25}, Tolerances()) == []
     [f] = check_reported_loss_metrics(REPORT, truncated, {"is_oob_ratio": 0.75}, Tolerances())
     assert f.message == "is_oob_ratio = 0.75; the oracle computes 0.25 for this step's rows"
+
+
+def _with_adam(snap: TrainingSnapshot, betas=(0.9, 0.999), eps=1e-8) -> TrainingSnapshot:
+    names = sorted(snap.weights)
+    return replace(snap, moment_settings={n: (*betas, 2.0**-52) for n in names},
+                   update_rule={n: (eps, 0.0) for n in names})
+
+
+def test_the_optimizers_betas_and_eps_are_read_from_its_param_groups():
+    """Weights that match cannot vouch for them: Adam's first update ignores β2, and float32's bound can hide ε."""
+    before = _with_adam(_snap(BEFORE, step_min=0, step_max=0, epoch=0))
+    right = MeasuredStep(before, _with_adam(_snap(AFTER, step_min=1, step_max=1, epoch=1)))
+    assert check_update(REPORT, TRUTH, right, Tolerances()) == []
+    [beta] = check_update(REPORT, TRUTH, replace(right, after=_with_adam(right.after, betas=(0.9, 0.95))), Tolerances())
+    assert (beta.check, beta.row, beta.expected, beta.actual) == ("train.update", "b", [0.9, 0.999], [0.9, 0.95])
+    assert "holds betas (0.9, 0.95) after the step" in beta.message
+    [eps] = check_update(REPORT, TRUTH, replace(right, before=_with_adam(before, eps=1e-6)), Tolerances())
+    assert (eps.check, eps.expected, eps.actual) == ("train.update", 1e-8, 1e-6) and "before the step" in eps.message
+
+
+def test_an_optimizer_state_the_audit_cannot_read_is_a_finding_not_a_pass():
+    from compactsim.harness.audit.training_checks import check_gradient
+
+    truth = replace(TRUTH, clipped_gradient={"w": torch.ones(2, 2, dtype=torch.float64), "b": torch.ones(3, dtype=torch.float64)})
+    problem = "OwnKeyAdamW's state for parameter 'b' has the keys ['state1', 'state2', 'step'], not AdamW's `exp_avg` and `exp_avg_sq`"
+    m = _measured()
+    m = replace(m, after=replace(m.after, moments_problem=problem))
+    [f] = check_gradient(REPORT, truth, m, Tolerances())
+    assert (f.check, f.actual) == ("train.gradient", problem)
+    assert f.message.startswith("the gradient the optimizer applied cannot be read back: OwnKeyAdamW's state")
