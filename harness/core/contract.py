@@ -60,10 +60,24 @@ TokenId = Annotated[StrictInt, Field(ge=0, lt=INT32_LIMIT)]
 Number = Annotated[StrictFloat, Field(allow_inf_nan=False), BeforeValidator(_float_logprob)] | Annotated[
     StrictInt, Field(ge=-FLOAT_EXACT_INT, le=FLOAT_EXACT_INT)
 ]
+def _float_not_int(value: Any) -> Any:
+    """The float branch of `Reward` takes no integer: a strict float accepts one, and 2**53 + 1 would pass as
+    the float 2**53; integers are the integer branch's, with its exact bound."""
+    if isinstance(value, int):
+        raise PydanticCustomError("float_type", "Input should be a valid number")
+    return value
+
+
+def _not_bool(value: Any) -> Any:
+    """`true` is not the integer 1 (a Literal[1] alone would take it: True == 1)."""
+    if isinstance(value, bool):
+        raise PydanticCustomError("literal_error", "Input should be 1")
+    return value
+
+
 #: Rewards: finite and within +-2^53, so group means and variances stay finite in float64.
-Reward = Annotated[StrictFloat, Field(allow_inf_nan=False, ge=-FLOAT_EXACT_INT, le=FLOAT_EXACT_INT)] | Annotated[
-    StrictInt, Field(ge=-FLOAT_EXACT_INT, le=FLOAT_EXACT_INT)
-]
+Reward = Annotated[StrictFloat, Field(allow_inf_nan=False, ge=-FLOAT_EXACT_INT, le=FLOAT_EXACT_INT),
+                   BeforeValidator(_float_not_int)] | Annotated[StrictInt, Field(ge=-FLOAT_EXACT_INT, le=FLOAT_EXACT_INT)]
 RouteId = Annotated[StrictInt, Field(ge=-1, lt=INT32_LIMIT)]
 RoutedExperts = StrictStr | list[list[list[RouteId]]]
 #: Counters and versions: non-negative int32.
@@ -102,7 +116,7 @@ class OutputItem(_Tolerant):
 class GenerationContract(_Tolerant):
     """`GenerationContract` (schema 1): ids of the components that produced the tokens."""
 
-    schema_version: Literal[1] = 1
+    schema_version: Annotated[Literal[1], BeforeValidator(_not_bool)] = 1
     model_contract_id: StrictStr
     tokenizer_contract_id: StrictStr
     template_contract_id: StrictStr

@@ -127,7 +127,7 @@ class Rollout:
     def group_key(self) -> str:
         """§8: group id, task id, rollout id; legacy: the first prompt's ids."""
         if self.has_contract:
-            return self.group_id or self.task_id or self.rollout_id
+            return next(key for key in (self.group_id, self.task_id, self.rollout_id) if key is not None)
         if not self.calls:
             return self.rollout_id
         ids = "[" + ",".join(str(i) for i in self.calls[0].prompt) + "]"
@@ -148,141 +148,342 @@ def _is_gym_media_id(media_id: str) -> bool:
             and all(ch in "0123456789abcdef" for ch in media_id[6:]))
 
 
-def _int_list(value: Any, *, low: int = 0) -> bool:
-    return isinstance(value, list) and all(
-        isinstance(v, int) and not isinstance(v, bool) and low <= v < 2**31 for v in value)
+# ------------------------------------------------------------------------ §3 field types, as data
+
+INT32_END = 2**31
+FLOAT32_MAX = 3.4028234663852886e38
+MAX_NESTING = 64
 
 
-def _float_list(value: Any) -> bool:
-    return isinstance(value, list) and all(
-        isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(float(v)) for v in value)
+def _int_in(low: int, end: int) -> Any:
+    """A checker: an integer (never a boolean) with low ≤ n < end."""
+    return lambda v: isinstance(v, int) and not isinstance(v, bool) and low <= v < end
 
 
-def _decode_routes(raw: Any) -> np.ndarray | None:
-    """§5 A: a [tokens][layers][topk] integer array or an nrlre1 envelope; ValueError when undecodable."""
+def _string(v: Any) -> bool:
+    return isinstance(v, str)
+
+
+def _boolean(v: Any) -> bool:
+    return isinstance(v, bool)
+
+
+def _object(v: Any) -> bool:
+    return isinstance(v, Mapping)
+
+
+_int32 = _int_in(0, INT32_END)
+
+
+def _strings(v: Any) -> bool:
+    return isinstance(v, list) and all(isinstance(x, str) for x in v)
+
+
+def _token_ids(v: Any) -> bool:
+    return isinstance(v, list) and all(_int32(x) for x in v)
+
+
+def _logprob(v: Any) -> bool:
+    """§3: a finite float whose magnitude fits float32, or an integer with |n| ≤ 2⁵³."""
+    if isinstance(v, bool):
+        return False
+    if isinstance(v, int):
+        return abs(v) <= 2**53
+    return isinstance(v, float) and math.isfinite(v) and abs(v) <= FLOAT32_MAX
+
+
+def _logprobs(v: Any) -> bool:
+    return isinstance(v, list) and all(_logprob(x) for x in v)
+
+
+def _reward(v: Any) -> bool:
+    """A finite number with |r| ≤ 2⁵³ (booleans are not numbers)."""
+    if isinstance(v, bool):
+        return False
+    if isinstance(v, int):
+        return abs(v) <= 2**53
+    return isinstance(v, float) and math.isfinite(v) and abs(v) <= 2**53
+
+
+def _routes(v: Any) -> bool:
+    """An `nrlre1:` string, or a list of lists of lists of integers −1 ≤ n < 2³¹ (shape checked in §5)."""
+    ids = _int_in(-1, INT32_END)
+    return isinstance(v, str) or (isinstance(v, list) and all(
+        isinstance(rows, list) and all(isinstance(row, list) and all(ids(x) for x in row) for row in rows)
+        for rows in v))
+
+
+def _dimensions(v: Any) -> bool:
+    return isinstance(v, list) and len(v) == 2 and all(_int_in(1, INT32_END)(x) for x in v)
+
+
+def _generation_contract(v: Any) -> bool:
+    return isinstance(v, Mapping) and _fields_ok(v, GENERATION_CONTRACT_FIELDS)
+
+
+#: (field, checker, required), in the walk order of §3 "Order of §3's errors"; an optional null is absent, except
+#: for the fields §3 lists as "absent or a value, never null" (`NO_NULL`).
+Fields = tuple[tuple[str, Any, bool | str], ...]
+NO_NULL = "no-null"
+GENERATION_CONTRACT_FIELDS: Fields = (
+    ("schema_version", lambda v: v == 1 and _int32(v), NO_NULL),
+    *((name, _string, True) for name in (
+        "model_contract_id", "tokenizer_contract_id", "template_contract_id", "sampling_contract_id",
+        "processor_contract_id", "compaction_policy_id", "generation_contract_id")),
+    ("loss_normalization", lambda v: v == "global_action_token_mean", NO_NULL),
+    ("training_eligible", _boolean, NO_NULL),
+    ("incomplete_reasons", _strings, NO_NULL),
+)
+CONTRACT_FIELDS: Fields = (
+    ("schema_version", _int32, False), ("mode", _string, False), ("rollout_id", _string, True),
+    ("group_id", _string, False), ("task_id", _string, False), ("rollout_index", _int32, False),
+    ("attempt_index", _int32, False), ("generation_contract", _generation_contract, False),
+)
+RECORD_FIELDS: Fields = (
+    ("rollout_id", _string, True), ("turn_id", _int_in(1, INT32_END), True), ("context_epoch", _int32, NO_NULL),
+    ("segment_index", _int32, NO_NULL), ("expected_append_compatible", _boolean, True),
+    ("compaction_event_id", _string, False), ("finish_reason", _string, False), ("media_ids", _strings, NO_NULL),
+    ("policy_version", _int32, False),
+)
+TRANSPORT_RECORD_FIELDS: Fields = (("generation_evidence_digest", _string, True),)
+FULL_RECORD_FIELDS: Fields = (
+    ("prompt_token_ids", _token_ids, True), ("sampled_token_ids", _token_ids, True),
+    ("sampled_logprobs", _logprobs, True),
+)
+TOKEN_ITEM_FIELDS: Fields = (
+    ("prompt_token_ids", _token_ids, True), ("generation_token_ids", _token_ids, True),
+    ("generation_log_probs", _logprobs, True), ("routed_experts", _routes, False), ("policy_version", _int32, False),
+)
+EVENT_FIELDS: Fields = (
+    ("event_id", _string, True), ("trigger_after_step", _int_in(-INT32_END + 1, INT32_END), True),
+    ("applies_to_step", _int_in(-INT32_END + 1, INT32_END), True), ("reason", _string, NO_NULL),
+    ("retained_media_count", _int32, False), ("removed_media_count", _int32, False),
+)
+ASSET_FIELDS: Fields = (
+    ("media_id", _string, True), ("content_digest", _string, False), ("source_part", _object, True),
+    ("original_dimensions", _dimensions, False), ("color_mode", _string, False), ("source_format", _string, False),
+)
+RUN_FIELDS: Fields = (
+    ("reward", _reward, False),
+    ("instance_config", lambda v: isinstance(v, Mapping) and _fields_ok(v, (("mask_sample", _boolean, NO_NULL),)), False),
+    ("trainer_policy_version", _int32, False),
+)
+
+
+def _fields_ok(obj: Mapping[str, Any], fields: Fields) -> bool:
+    """Every field of the table present when required and of its type when not null."""
+    for name, check, required in fields:
+        value = obj.get(name)
+        if value is None:
+            if required is True or (required == NO_NULL and name in obj):
+                return False
+        elif not check(value):
+            return False
+    return True
+
+
+def _deeper_than(value: Any, limit: int) -> bool:
+    """Whether objects/lists nest more than `limit` levels (the value itself is level 1), without recursion."""
+    stack = [(value, 1)]
+    while stack:
+        node, level = stack.pop()
+        children = node.values() if isinstance(node, Mapping) else node if isinstance(node, list) else None
+        if children is None:
+            continue
+        if level > limit:
+            return True
+        stack.extend((child, level + 1) for child in children)
+    return False
+
+
+def _decode_routes(raw: Any) -> np.ndarray:
+    """§5 A: a rectangular [tokens][layers][topk] array or an nrlre1 envelope; ValueError when undecodable."""
     if isinstance(raw, str):
         parts = raw.split(":", 3)
         if len(parts) != 4 or parts[0] != "nrlre1" or parts[1] not in ROUTE_DTYPES:
             raise ValueError("not an nrlre1 envelope")
         dims = parts[2].split("x")
-        if len(dims) != 3 or not all(d.isdigit() for d in dims):
+        if len(dims) != 3 or not all(d.isascii() and d.isdigit() for d in dims):
             raise ValueError("bad envelope shape")
         shape = tuple(int(d) for d in dims)
         data = base64.b64decode(parts[3], validate=True)
         dtype = np.dtype(ROUTE_DTYPES[parts[1]])
-        if min(shape) < 1 or len(data) != shape[0] * shape[1] * shape[2] * dtype.itemsize:
+        if len(data) != shape[0] * shape[1] * shape[2] * dtype.itemsize:
             raise ValueError("envelope size does not match its shape")
         return np.frombuffer(data, dtype=dtype).reshape(shape).astype(np.int64)
-    arr = np.asarray(raw)
-    if arr.dtype == object or arr.ndim != 3 or (arr.size and not np.issubdtype(arr.dtype, np.integer)):
-        raise ValueError("not a 3-D integer array")
-    return arr.astype(np.int64)
+    # §3 made it a list of lists of lists of integers: decodable when rectangular
+    if not raw or not raw[0]:
+        raise ValueError("fewer than three dimensions")
+    layers, topk = len(raw[0]), len(raw[0][0])
+    if any(len(rows) != layers or any(len(row) != topk for row in rows) for rows in raw):
+        raise ValueError("ragged")
+    return np.asarray(raw, dtype=np.int64).reshape(len(raw), layers, topk)
+
+
+# ---------------------------------------------------------------------------- §3-§5 reading a result
+
+
+def _rollout_name(resp: Mapping[str, Any]) -> str | None:
+    """§16: the contract's `rollout_id` when readable, else the response `id`."""
+    for key in CONTRACT_KEYS:
+        contract = resp.get(key)
+        if isinstance(contract, Mapping) and isinstance(contract.get("rollout_id"), str):
+            return contract["rollout_id"]
+    return resp.get("id") if isinstance(resp.get("id"), str) else None
+
+
+def _check_field_types(run: Mapping[str, Any] | None, resp: Mapping[str, Any], rollout_id: str | None) -> None:
+    """§3 order 2: the field-type table (token items aside), walked in the order the spec states."""
+    def bad(turn: int | None = None) -> Refusal:
+        return Refusal("malformed_payload", rollout_id, turn)
+
+    output = resp.get("output")
+    if not isinstance(output, list):
+        raise bad()
+    for item in output:
+        if not isinstance(item, Mapping) or not isinstance(item.get("type"), str):
+            raise bad()
+    if "media_assets" in resp and resp["media_assets"] is None:  # §3: absent or a value, never null
+        raise bad()
+    assets = resp.get("media_assets")
+    if assets is not None:
+        if not isinstance(assets, Mapping):
+            raise bad()
+        for asset in assets.values():
+            if not isinstance(asset, Mapping) or not _fields_ok(asset, ASSET_FIELDS):
+                raise bad()
+    # "the record lists" of the response row and "record (both lists)": each list present is typed, its
+    # records as transport records (`model_call_metadata`) or full records (`completion_evidence`)
+    for key, extra in (("model_call_metadata", TRANSPORT_RECORD_FIELDS), ("completion_evidence", FULL_RECORD_FIELDS)):
+        records = resp.get(key)
+        if records is None:
+            continue  # missing: §3 structural error 4 when the shape reads it
+        if not isinstance(records, list):
+            raise bad()
+        for position, record in enumerate(records, start=1):
+            if not isinstance(record, Mapping) or not _fields_ok(record, RECORD_FIELDS + extra):
+                raise bad(position)
+    if "boundary_events" in resp and resp["boundary_events"] is None:  # §3: absent or a value, never null
+        raise bad()
+    events = resp.get("boundary_events")
+    if events is not None:
+        if not isinstance(events, list):
+            raise bad()
+        for event in events:
+            if not isinstance(event, Mapping) or not _fields_ok(event, EVENT_FIELDS):
+                raise bad()
+    for key in CONTRACT_KEYS:
+        contract = resp.get(key)
+        if contract is not None and (not isinstance(contract, Mapping) or not _fields_ok(contract, CONTRACT_FIELDS)):
+            raise bad()
+    if run is not None and not _fields_ok(run, RUN_FIELDS):
+        raise bad()
+
+
+def _read_contract(resp: Mapping[str, Any], rollout_id: str | None
+                   ) -> tuple[Mapping[str, Any] | None, list[Mapping[str, Any]] | None, bool]:
+    """§3 order 3, structural errors 1-4: (contract, its records, full envelope?); (None, None, False) for legacy."""
+    cc, rt = resp.get("context_compaction_contract"), resp.get("rollout_trace_contract")
+    if cc is None and rt is None:
+        if any(isinstance(k, str) and k.endswith("_contract") and v is not None for k, v in resp.items()):
+            raise Refusal("unsupported_contract", rollout_id, None)
+        return None, None, False
+    if cc is not None and rt is not None and cc["rollout_id"] != rt["rollout_id"]:
+        raise Refusal("rollout_id_mismatch", cc["rollout_id"], None)
+    if cc is None and rt is not None and (rt.get("schema_version") is not None or rt.get("mode") is not None):
+        raise Refusal("unsupported_contract", rt["rollout_id"], None)
+    if cc is not None and (cc.get("mode") != "exact_trace_authority" or cc.get("schema_version") not in (2, 3)):
+        raise Refusal("unsupported_contract", cc["rollout_id"], None)
+    contract = cc if cc is not None else rt
+    full = cc is not None and cc["schema_version"] == 2
+    records = resp.get("completion_evidence" if full else "model_call_metadata")
+    if not isinstance(records, list):
+        raise Refusal("malformed_payload", contract["rollout_id"], None)
+    return contract, records, full
+
+
+def _image_parts(run: Mapping[str, Any] | None, resp: Mapping[str, Any]) -> list[Mapping[str, Any] | None]:
+    """§4 legacy binning walk: request input items then output items; an image part per image, None per call."""
+    params = run.get("responses_create_params") if run is not None else None
+    first = params.get("input") if isinstance(params, Mapping) else None
+    walk = [(item, False) for item in (first if isinstance(first, list) else [])]
+    walk += [(item, True) for item in resp["output"]]
+    out: list[Mapping[str, Any] | None] = []
+    for item, is_output in walk:
+        if isinstance(item, Mapping) and all(item.get(f) is not None for f in TOKEN_FIELDS):
+            if is_output:
+                out.append(None)  # a token-bearing item is a call, which shows the running list; it adds no image
+            continue
+        if not isinstance(item, Mapping) or item.get("role") == "assistant" or not isinstance(item.get("content"), list):
+            continue
+        out += [part for part in item["content"] if isinstance(part, Mapping) and part.get("type") in IMAGE_PART_TYPES]
+    return out
 
 
 def read_rollout(obj: Any) -> Rollout:
     """§3-§6: read one payload line, check it, and split it into traces; `Refusal` on its first error."""
+    # §3 order 1: the envelope
     if not isinstance(obj, Mapping):
         raise Refusal("malformed_payload", None, None)
-    # §3 envelope
+    run: Mapping[str, Any] | None = None
+    resp: Any = obj
     if "response" in obj and "output" not in obj:
-        resp = obj["response"]
-        reward = obj.get("reward")
-        mask_sample = bool((obj.get("instance_config") or {}).get("mask_sample", False))
-        label = obj.get("trainer_policy_version")
-    else:
-        resp, reward, mask_sample, label = obj, None, False, None
-    if isinstance(label, bool) or not isinstance(label, int):
-        label = None
-    if not isinstance(resp, Mapping) or not isinstance(resp.get("output"), list):
-        raise Refusal("malformed_payload", None, None)
-    hint = resp.get("id") if isinstance(resp.get("id"), str) else None
-    # §3 contract and shape
-    present = {k: resp[k] for k in CONTRACT_KEYS if resp.get(k) is not None}
-    for key in present.values():
-        if isinstance(key, Mapping) and isinstance(key.get("rollout_id"), str):
-            hint = key["rollout_id"]
-            break
-    unknown = [k for k in resp if isinstance(k, str) and k.endswith("_contract") and k not in CONTRACT_KEYS
-               and resp[k] is not None]
-    if unknown and not present:
-        raise Refusal("unsupported_contract", hint, None)
-    contract: Mapping[str, Any] | None = None
-    records: list[Mapping[str, Any]] | None = None
-    full = False
-    if present:
-        cc, rt = present.get("context_compaction_contract"), present.get("rollout_trace_contract")
-        for c in (cc, rt):
-            if c is not None and (not isinstance(c, Mapping) or not isinstance(c.get("rollout_id"), str)):
-                raise Refusal("malformed_payload", hint, None)
-        if cc is not None and rt is not None and cc["rollout_id"] != rt["rollout_id"]:
-            raise Refusal("rollout_id_mismatch", cc["rollout_id"], None)
-        if cc is not None:
-            contract = cc
-            if cc.get("mode") != "exact_trace_authority" or cc.get("schema_version") not in (2, 3):
-                raise Refusal("unsupported_contract", cc["rollout_id"], None)
-            full = cc.get("schema_version") == 2
-            field_name = "completion_evidence" if full else "model_call_metadata"
-        else:
-            contract = rt
-            if rt.get("schema_version") is not None or rt.get("mode") is not None:
-                raise Refusal("unsupported_contract", rt["rollout_id"], None)
-            field_name = "model_call_metadata"
-        records = resp.get(field_name)
-        if not isinstance(records, list) or not all(isinstance(r, Mapping) for r in records):
-            raise Refusal("malformed_payload", contract["rollout_id"], None)
-    rollout_id = contract["rollout_id"] if contract is not None else (hint or "<unknown>")
-    if contract is None:
+        run, resp = obj, obj["response"]
+        if not isinstance(resp, Mapping):
+            raise Refusal("malformed_payload", None, None)
+    rollout_id = _rollout_name(resp)
+    _check_field_types(run, resp, rollout_id)  # order 2
+    contract, records, full = _read_contract(resp, rollout_id)  # order 3
+    if contract is None:  # legacy: the response `id` (the spec names none for a response without one)
         rollout_id = resp.get("id") if isinstance(resp.get("id"), str) else "<unknown>"
-    if reward is not None and (isinstance(reward, bool) or not isinstance(reward, (int, float))
-                               or not math.isfinite(float(reward))):
-        raise Refusal("malformed_payload", rollout_id, None)
-    for k, rec in enumerate(records or []):
-        turn = rec.get("turn_id")
-        if (not isinstance(turn, int) or isinstance(turn, bool) or turn < 1
-                or not isinstance(rec.get("rollout_id"), str)
-                or not isinstance(rec.get("expected_append_compatible"), bool)):
-            raise Refusal("malformed_payload", rollout_id, k + 1)
+    else:
+        rollout_id = contract["rollout_id"]
 
-    errors: list[tuple[str, int | None]] = []  # (code, turn), first one wins
-
-    # §4 token items
+    # §3 order 4: token items (§4: all three token fields non-null), typed in output order
+    errors: list[tuple[str, int | None]] = []  # §4-§6 (code, turn), first one wins
     items: list[Mapping[str, Any]] = []
     for item in resp["output"]:
-        have = [f for f in TOKEN_FIELDS if isinstance(item, Mapping) and item.get(f) is not None]
-        if not have:
-            continue
-        if len(have) != len(TOKEN_FIELDS):
+        have = [f for f in TOKEN_FIELDS if item.get(f) is not None]
+        if len(have) == len(TOKEN_FIELDS):
+            if not _fields_ok(item, TOKEN_ITEM_FIELDS):
+                raise Refusal("malformed_payload", rollout_id, len(items) + 1)
+            items.append(item)
+        elif have:  # §4: a partial token item, skipped
             errors.append(("missing_token_evidence", len(items) + 1))
-            continue
-        if not (_int_list(item["prompt_token_ids"]) and _int_list(item["generation_token_ids"])
-                and _float_list(item["generation_log_probs"])):
-            raise Refusal("malformed_payload", rollout_id, len(items) + 1)
-        items.append(item)
+
+    # §3 order 5: image sources nested too deep
+    assets: Mapping[str, Any] = resp.get("media_assets") or {}
+    legacy_parts = _image_parts(run, resp) if contract is None else []
+    sources = [assets[key]["source_part"] for key in sorted(assets)] + [p for p in legacy_parts if p is not None]
+    if any(_deeper_than(source, MAX_NESTING) for source in sources):
+        raise Refusal("malformed_payload", rollout_id, None)
+
+    run = run or {}
+    reward = run.get("reward")
+    label = run.get("trainer_policy_version")
+    mask_sample = bool((run.get("instance_config") or {}).get("mask_sample") or False)
+    events: list[Mapping[str, Any]] = list(resp.get("boundary_events") or [])
 
     # §4 binding
     pairs: list[tuple[Mapping[str, Any], Mapping[str, Any] | None]]
     if records is None:
         pairs = [(item, None) for item in items]
-        if not items:
-            errors.append(("missing_token_evidence", None))  # §5 F
     elif len(records) == len(items):
         pairs = list(zip(items, records))
     else:
         item_keys = [evidence_digest(i["prompt_token_ids"], i["generation_token_ids"], i["generation_log_probs"])
                      for i in items]
 
-        def record_key(rec: Mapping[str, Any]) -> str | None:
+        def record_key(rec: Mapping[str, Any]) -> str:
             if full:
-                return evidence_digest(rec.get("prompt_token_ids") or [], rec.get("sampled_token_ids") or [],
-                                       rec.get("sampled_logprobs") or [])
-            value = rec.get("generation_evidence_digest")
-            return value if isinstance(value, str) else None
+                return evidence_digest(rec["prompt_token_ids"], rec["sampled_token_ids"], rec["sampled_logprobs"])
+            return rec["generation_evidence_digest"]
 
         bound: list[tuple[int, int]] = []
         next_item = 0
         for r, rec in enumerate(records):
             key = record_key(rec)
-            match = next((i for i in range(next_item, len(items)) if key is not None and item_keys[i] == key), None)
+            match = next((i for i in range(next_item, len(items)) if item_keys[i] == key), None)
             if match is not None:
                 bound.append((match, r))
                 next_item = match + 1
@@ -291,9 +492,10 @@ def read_rollout(obj: Any) -> Rollout:
             pairs = [(items[i], records[i]) for i in range(min(len(items), len(records)))]
         else:
             bound_records = {r for _, r in bound}
-            for r, rec in enumerate(records):
-                if r not in bound_records and ("missing_token_evidence", rec["turn_id"]) not in errors:
-                    errors.append(("missing_token_evidence", rec["turn_id"]))
+            unbound = sorted((rec["turn_id"], r) for r, rec in enumerate(records) if r not in bound_records)
+            for turn, _ in unbound:  # ascending turn id, record order for equal ids
+                if ("missing_token_evidence", turn) not in errors:
+                    errors.append(("missing_token_evidence", turn))
             bound_items = {i for i, _ in bound}
             errors.extend(("metadata_count_mismatch", None) for i in range(len(items)) if i not in bound_items)
             pairs = [(items[i], records[r]) for i, r in bound]
@@ -306,20 +508,19 @@ def read_rollout(obj: Any) -> Rollout:
         if item.get("routed_experts") is not None:
             try:
                 routes = _decode_routes(item["routed_experts"])
-            except (ValueError, TypeError, OverflowError):
+            except ValueError:
                 errors.append(("routed_experts_shape", turn))
         if rec is not None:
             if full:
-                same = (rec.get("prompt_token_ids") == item["prompt_token_ids"]
-                        and rec.get("sampled_token_ids") == item["generation_token_ids"]
-                        and [float(x) for x in rec.get("sampled_logprobs") or []]
+                same = (rec["prompt_token_ids"] == item["prompt_token_ids"]
+                        and rec["sampled_token_ids"] == item["generation_token_ids"]
+                        and [float(x) for x in rec["sampled_logprobs"]]
                         == [float(x) for x in item["generation_log_probs"]])
                 if not same:
                     errors.append(("evidence_digest_mismatch", turn))
-            elif rec.get("generation_evidence_digest") is not None:
-                if rec["generation_evidence_digest"] != evidence_digest(
-                        item["prompt_token_ids"], item["generation_token_ids"], item["generation_log_probs"]):
-                    errors.append(("evidence_digest_mismatch", turn))
+            elif rec["generation_evidence_digest"] != evidence_digest(
+                    item["prompt_token_ids"], item["generation_token_ids"], item["generation_log_probs"]):
+                errors.append(("evidence_digest_mismatch", turn))
             if rec["rollout_id"] != rollout_id:
                 errors.append(("rollout_id_mismatch", turn))
         version = item.get("policy_version")
@@ -334,7 +535,7 @@ def read_rollout(obj: Any) -> Rollout:
             logprobs=tuple(float(x) for x in item["generation_log_probs"]),
             media_ids=tuple(rec.get("media_ids") or ()) if rec is not None else (),
             routes=routes,
-            declared_append=bool(rec.get("expected_append_compatible")) if rec is not None else False,
+            declared_append=rec["expected_append_compatible"] if rec is not None else False,
             event_id=rec.get("compaction_event_id") if rec is not None else None,
             version=version,
         ))
@@ -346,53 +547,43 @@ def read_rollout(obj: Any) -> Rollout:
         rollout_index=contract.get("rollout_index") if contract is not None else None,
         reward=None if reward is None else float(reward), mask_sample=mask_sample, calls=calls,
     )
-    assets: Mapping[str, Any] = resp.get("media_assets") or {}
-    events = [e for e in resp.get("boundary_events") or [] if isinstance(e, Mapping)]
     if contract is not None:
         for key, asset in assets.items():
-            if isinstance(asset, Mapping) and isinstance(asset.get("source_part"), Mapping):
-                rollout.parts[key] = asset["source_part"]
-                dims = asset.get("original_dimensions")
-                if isinstance(dims, list) and len(dims) == 2:
-                    rollout.dimensions[key] = (int(dims[0]), int(dims[1]))
+            rollout.parts[key] = asset["source_part"]
+            if asset.get("original_dimensions") is not None:
+                width, height = asset["original_dimensions"]
+                rollout.dimensions[key] = (width, height)
     else:
-        _bin_legacy_media(rollout, obj, resp, pairs)
+        _bin_legacy_media(rollout, legacy_parts)
 
     _check_calls(rollout, assets, events, errors)
     if contract is not None:
         _check_assets(rollout, assets, errors)
     _segment(rollout, events, errors)
-    if contract is not None:
-        by_turn = {c.turn_id: c for c in calls}
-        for e in events:
-            call = by_turn.get(e.get("applies_to_step"))
-            if call is None or call.event_id != e.get("event_id"):
-                errors.append(("orphan_compaction_event", e.get("applies_to_step")))
+    by_turn = {c.turn_id: c for c in calls}
+    for e in events:  # §5 E, every shape: a legacy call names no event
+        call = by_turn.get(e["applies_to_step"])
+        if call is None or call.event_id != e["event_id"]:
+            errors.append(("orphan_compaction_event", e["applies_to_step"]))
+    if not calls and contract is None:
+        errors.append(("missing_token_evidence", None))  # §5 F
     if errors:
         code, turn = errors[0]
         raise Refusal(code, rollout_id, turn)
     return rollout
 
 
-def _bin_legacy_media(rollout: Rollout, obj: Mapping[str, Any], resp: Mapping[str, Any],
-                      pairs: Sequence[tuple[Mapping[str, Any], Any]]) -> None:
-    """§4 legacy media binning: image parts of request input then output, a running list per call."""
-    params = obj.get("responses_create_params") if obj is not resp else None
-    first = params.get("input") if isinstance(params, Mapping) else None
-    walk: list[Any] = (list(first) if isinstance(first, list) else []) + list(resp["output"])
+def _bin_legacy_media(rollout: Rollout, walk: Sequence[Mapping[str, Any] | None]) -> None:
+    """§4 legacy media binning: each call shows the running list of image parts met before it."""
     running: list[str] = []
     shown: list[tuple[str, ...]] = []
-    for item in walk:
-        if isinstance(item, Mapping) and all(item.get(f) is not None for f in TOKEN_FIELDS):
+    for part in walk:
+        if part is None:
             shown.append(tuple(running))
             continue
-        if not isinstance(item, Mapping) or item.get("role") == "assistant" or not isinstance(item.get("content"), list):
-            continue
-        for part in item["content"]:
-            if isinstance(part, Mapping) and part.get("type") in IMAGE_PART_TYPES:
-                media_id = "media-" + sha256_text(canonical_json(part))[:24]
-                rollout.parts.setdefault(media_id, part)
-                running.append(media_id)
+        media_id = "media-" + sha256_text(canonical_json(part))[:24]
+        rollout.parts.setdefault(media_id, part)
+        running.append(media_id)
     for call, media in zip(rollout.calls, shown):
         call.media_ids = media
 
@@ -569,6 +760,9 @@ def check_batch(received: Sequence[Rollout], t: Trainer) -> list[Rollout]:
                 raise Refusal("incomplete_group", ids[0], None)
             if len(ids) > t.num_generations_per_prompt:
                 raise Refusal("oversized_group", ids[0], None)
+    for r in ordered:  # still check 3: GRPO needs one reward per rollout
+        if r.reward is None:
+            raise Refusal("malformed_payload", r.rollout_id, None)
     versions: dict[str, set[int | None]] = {}
     for r in ordered:
         own = {c.version for c in r.calls}
@@ -633,7 +827,7 @@ def replay_routes(trace: Sequence[Call], final_trace: bool, layout: tuple[int, i
 
 
 def build_rows(scenario: str, step: int, ordered: Sequence[Rollout], t: Trainer,
-               pixel_cache: dict[str, str]) -> tuple[list[dict[str, Any]], dict[str, float]]:
+               pixel_cache: dict[str, Any]) -> tuple[list[dict[str, Any]], dict[str, float]]:
     """§8-§12 rows (real rows in canonical order, then padding) and §14 metrics; §7 checks 6-7 on the way."""
     groups: dict[str, list[int]] = {}
     for k, r in enumerate(ordered):
@@ -641,11 +835,7 @@ def build_rows(scenario: str, step: int, ordered: Sequence[Rollout], t: Trainer,
     advantage = [0.0] * len(ordered)
     unclipped = [0.0] * len(ordered)
     for members in groups.values():
-        rewards = []
-        for k in members:
-            if ordered[k].reward is None:
-                raise Refusal("malformed_payload", ordered[k].rollout_id, None)
-            rewards.append(float(ordered[k].reward))  # type: ignore[arg-type]
+        rewards = [float(ordered[k].reward) for k in members]  # type: ignore[arg-type]  (§7.3 checked them)
         for k, a in zip(members, group_advantages(rewards, t)):
             advantage[k] = a
         for k, a in zip(members, group_advantages(rewards, t, clip=False)):
@@ -702,8 +892,9 @@ def build_rows(scenario: str, step: int, ordered: Sequence[Rollout], t: Trainer,
     return rows, batch_metrics(ordered, advantage, real, padding, t, unclipped)
 
 
-def _pixel_digest(r: Rollout, media_id: str, turn: int, cache: dict[str, str]) -> str:
-    """§13 pixel digest of one image of a row, checking decode and declared dimensions (§7)."""
+def _pixel_digest(r: Rollout, media_id: str, turn: int, cache: dict[str, tuple[str, tuple[int, int]] | None]) -> str:
+    """§13 pixel digest of one image of a row, checking decode and, for every asset, its declared dimensions (§7).
+    `cache` keeps each data URL's decoded (digest, (width, height)), or None when it does not decode."""
     part = r.parts.get(media_id)
     url = image_url(part) if part is not None else None
     if url is None:
@@ -711,13 +902,17 @@ def _pixel_digest(r: Rollout, media_id: str, turn: int, cache: dict[str, str]) -
     if url not in cache:
         try:
             rgb = decode_pixels(url)
-        except (ValueError, OSError):
-            raise Refusal("media_decode", r.rollout_id, turn) from None
-        declared = r.dimensions.get(media_id)
-        if declared is not None and _is_gym_media_id(media_id) and declared != (rgb.shape[1], rgb.shape[0]):
-            raise Refusal("media_dimensions_mismatch", r.rollout_id, turn)
-        cache[url] = pixel_digest(rgb)
-    return cache[url]
+            cache[url] = (pixel_digest(rgb), (rgb.shape[1], rgb.shape[0]))
+        except Exception:  # noqa: BLE001 - whatever Pillow or base64 refuse is "not decodable"
+            cache[url] = None
+    decoded = cache[url]
+    if decoded is None:
+        raise Refusal("media_decode", r.rollout_id, turn)
+    digest, size = decoded
+    declared = r.dimensions.get(media_id)
+    if declared is not None and _is_gym_media_id(media_id) and declared != size:
+        raise Refusal("media_dimensions_mismatch", r.rollout_id, turn)
+    return digest
 
 
 def batch_metrics(ordered: Sequence[Rollout], advantage: Sequence[float], rows: Sequence[Mapping[str, Any]],
@@ -766,7 +961,7 @@ def _lines(path: Path) -> list[Any]:
 
 
 def replay_step(scenario: str, step: int, results: Sequence[Any], t: Trainer,
-                pixel_cache: dict[str, str]) -> tuple[list[dict[str, Any]], dict[str, float] | None]:
+                pixel_cache: dict[str, Any]) -> tuple[list[dict[str, Any]], dict[str, float] | None]:
     """One step (§2): rows and metrics, or one error line and None."""
     try:
         received = [read_rollout(obj) for obj in results]
@@ -790,7 +985,7 @@ def replay_golden(golden: Path, scenarios: Iterable[str] | None = None
         directory = golden / entry["directory"]
         expectation = json.loads((directory / "expectation.json").read_text(encoding="utf-8"))
         trainer = Trainer.of(expectation["trainer"])
-        cache: dict[str, str] = {}
+        cache: dict[str, Any] = {}
         for step in expectation["steps"]:
             results = [obj for group in step["payloads"] for obj in _lines(directory / group["file"])]
             lines, step_metrics = replay_step(entry["name"], step["step"], results, trainer, cache)
