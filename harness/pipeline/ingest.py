@@ -333,14 +333,15 @@ def _bin_legacy_media(
     """
     params = envelope.get("responses_create_params") if envelope is not None else None
     first = params.get("input") if isinstance(params, Mapping) else None
-    items: list[object] = list(first) if isinstance(first, list) else []
-    items += list(raw["output"])
+    items: list[tuple[object, bool]] = [(item, False) for item in first] if isinstance(first, list) else []
+    items += [(item, True) for item in raw["output"]]
     seen: list[str] = []
     assets: dict[str, MediaAsset] = {}
     per_call: list[tuple[str, ...]] = []
-    for item in items:
+    for item, is_output in items:
         if isinstance(item, Mapping) and all(item.get(f) is not None for f in TOKEN_FIELDS):
-            per_call.append(tuple(seen))
+            if is_output:  # the calls are the output's token items; one echoed in the request is no call
+                per_call.append(tuple(seen))
             continue
         for part in _image_parts(item):
             _check_depth(part, "an image part of the request or output items", rollout_id)

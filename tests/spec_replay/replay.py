@@ -308,8 +308,8 @@ def _decode_routes(raw: Any) -> np.ndarray:
         shape = tuple(int(d) for d in dims)
         data = base64.b64decode(parts[3], validate=True)
         dtype = np.dtype(ROUTE_DTYPES[parts[1]])
-        if len(data) != shape[0] * shape[1] * shape[2] * dtype.itemsize:
-            raise ValueError("envelope size does not match its shape")
+        if min(shape) < 1 or len(data) != shape[0] * shape[1] * shape[2] * dtype.itemsize:
+            raise ValueError("envelope with a zero dimension, or a size that does not match its shape")
         return np.frombuffer(data, dtype=dtype).reshape(shape).astype(np.int64)
     # §3 made it a list of lists of lists of integers: decodable when rectangular
     if not raw or not raw[0]:

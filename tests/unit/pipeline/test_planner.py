@@ -589,3 +589,16 @@ def test_legacy_images_are_binned_per_turn_from_input_and_observations():
     assert [c.media_ids for c in plan.evidence.calls] == [(a,), (a, b), (a, b, a)]
     assert plan.traces[0].media_ids == (a, b, a)
     assert plan.evidence.media_assets[b].source_part == other
+
+
+def test_a_token_item_echoed_in_the_request_input_is_no_call_and_shifts_no_images():
+    """Only `output`'s token items are calls (golden spec §4): one echoed in the request input took a call's slot,
+    so every call showed the images of the call before it."""
+    image = {"type": "input_image", "image_url": "data:image/png;base64,AAAA"}
+    resp = build_response([Call([1], [2]), Call([1, 2, 3], [4])], flavour="none")
+    first, second = [i for i in resp["output"] if "generation_token_ids" in i]
+    resp["output"] = [first, {"type": "message", "role": "user", "content": [image]}, second]
+    result = {"responses_create_params": {"input": [dict(first), {"type": "message", "role": "user", "content": [image]}]},
+              "response": resp, "reward": 1.0}
+    a = "media-" + canonical_digest(image)[:24]
+    assert [c.media_ids for c in plan_rollout(result).evidence.calls] == [(a,), (a, a)]
