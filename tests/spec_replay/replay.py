@@ -183,26 +183,23 @@ def _token_ids(v: Any) -> bool:
     return isinstance(v, list) and all(_int32(x) for x in v)
 
 
-def _logprob(v: Any) -> bool:
-    """§3: a finite float whose magnitude fits float32, or an integer with |n| ≤ 2⁵³."""
-    if isinstance(v, bool):
-        return False
-    if isinstance(v, int):
-        return abs(v) <= 2**53
-    return isinstance(v, float) and math.isfinite(v) and abs(v) <= FLOAT32_MAX
+def _number(float_limit: float) -> Any:
+    """A checker (§3): a finite float with |x| ≤ `float_limit`, or an integer with |n| ≤ 2⁵³ (booleans are not numbers)."""
+    def check(v: Any) -> bool:
+        if isinstance(v, bool):
+            return False
+        if isinstance(v, int):
+            return abs(v) <= 2**53
+        return isinstance(v, float) and math.isfinite(v) and abs(v) <= float_limit
+    return check
+
+
+#: A logprob's float fits float32; a reward's is bounded like its integers.
+_logprob, _reward = _number(FLOAT32_MAX), _number(2.0**53)
 
 
 def _logprobs(v: Any) -> bool:
     return isinstance(v, list) and all(_logprob(x) for x in v)
-
-
-def _reward(v: Any) -> bool:
-    """A finite number with |r| ≤ 2⁵³ (booleans are not numbers)."""
-    if isinstance(v, bool):
-        return False
-    if isinstance(v, int):
-        return abs(v) <= 2**53
-    return isinstance(v, float) and math.isfinite(v) and abs(v) <= 2**53
 
 
 def _routes(v: Any) -> bool:
