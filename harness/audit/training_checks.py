@@ -350,6 +350,9 @@ def _adam_settings_finding(report: Reporter, truth: StepTruth, measured: Measure
                 return [report("train.update", f"the optimizer's param group of {name!r} holds betas ({b1!r}, {b2!r}) "
                                f"{when} the step; the oracle's AdamW uses {tuple(truth.adam_betas)!r}",
                                expected=list(truth.adam_betas), actual=[b1, b2], row=name)]
+        if snap.update_rule_problem is not None:
+            return [report("train.update", f"{snap.update_rule_problem} {when} the step; the oracle's is torch's AdamW "
+                           "(amsgrad and maximize off)", expected="AdamW", actual=snap.update_rule_problem, row=None)]
         for name in sorted(snap.update_rule or {}):
             eps = snap.update_rule[name][0]  # type: ignore[index]
             if eps != truth.adam_eps:

@@ -50,6 +50,8 @@ class TrainingSnapshot:
     #: inside the gradient) of its parameter group; None unless every group is a plain Adam/AdamW update
     #: (no amsgrad, no maximize), the only rule whose learning rate `MeasuredStep.applied_lr` can read back.
     update_rule: Mapping[str, tuple[float, float]] | None = field(default=None, repr=False)
+    #: Why `update_rule` is None although the moments were read (amsgrad or maximize set, ...); None otherwise.
+    update_rule_problem: str | None = None
     #: Parameter name → the optimizer's own ``step`` for it (0 before its first update). torch keeps one
     #: per parameter and skips a parameter whose ``.grad`` is None; empty when not read.
     steps_by_param: Mapping[str, int] = field(default_factory=dict, repr=False)
@@ -121,20 +123,22 @@ def _moments(named: list[tuple[str, torch.Tensor]], optimizer: Any) -> _Moments:
     return first, second, settings, None
 
 
-def _update_rule(named: list[tuple[str, torch.Tensor]], optimizer: Any) -> dict[str, tuple[float, float]] | None:
-    """Each parameter's (Adam ε, decoupled weight decay) from its group, or None for any other update rule."""
+def _update_rule(named: list[tuple[str, torch.Tensor]], optimizer: Any) -> tuple[dict[str, tuple[float, float]] | None, str | None]:
+    """Each parameter's (Adam ε, decoupled weight decay) from its group, or None and why for any other update rule."""
     rule_of: dict[int, tuple[float, float]] = {}
-    for group in optimizer.param_groups:
+    for k, group in enumerate(optimizer.param_groups):
         eps, decay = group.get("eps"), group.get("weight_decay", 0.0)
         decoupled = group.get("decoupled_weight_decay", isinstance(optimizer, torch.optim.AdamW))
-        if group.get("amsgrad") or group.get("maximize") or not isinstance(eps, float | int) \
-                or not isinstance(decay, float | int):
-            return None
+        flags = [flag for flag in ("amsgrad", "maximize") if group.get(flag)]
+        if flags or not isinstance(eps, float | int) or not isinstance(decay, float | int):
+            why = f"sets {' and '.join(flags)}" if flags else f"has eps={eps!r}, weight_decay={decay!r}"
+            return None, f"param group {k} of {type(optimizer).__name__} {why}: not AdamW's plain update"
         for p in group["params"]:
             rule_of[id(p)] = (float(eps), float(decay) if decoupled else 0.0)
-    if any(id(p) not in rule_of for _, p in named):
-        return None
-    return {name: rule_of[id(p)] for name, p in named}
+    missing = next((name for name, p in named if id(p) not in rule_of), None)
+    if missing is not None:
+        return None, f"parameter {missing!r} is in no param group of the optimizer"
+    return {name: rule_of[id(p)] for name, p in named}, None
 
 
 def snapshot_training_state(policy: Any, optimizer: Any, scheduler: Any) -> TrainingSnapshot:
@@ -145,6 +149,7 @@ def snapshot_training_state(policy: Any, optimizer: Any, scheduler: Any) -> Trai
     steps = [_step_count(optimizer.state.get(p, {})) for group in optimizer.param_groups for p in group["params"]]
     steps_by_param = {name: _step_count(optimizer.state.get(p, {})) for name, p in named}
     first, second, moment_settings, moments_problem = _moments(named, optimizer)
+    rule, rule_problem = _update_rule(named, optimizer) if first is not None else (None, None)
     return TrainingSnapshot(
         weights=weights,
         model_config=getattr(policy, "config", None),
@@ -156,7 +161,8 @@ def snapshot_training_state(policy: Any, optimizer: Any, scheduler: Any) -> Trai
         second_moments=second,
         moments_problem=moments_problem,
         moment_settings=moment_settings,
-        update_rule=_update_rule(named, optimizer) if first is not None else None,
+        update_rule=rule,
+        update_rule_problem=rule_problem,
         steps_by_param=steps_by_param,
     )
 

@@ -234,6 +234,23 @@ def test_the_optimizers_betas_and_eps_are_read_from_its_param_groups():
     assert "holds betas (0.9, 0.95) after the step" in beta.message
     [eps] = check_update(REPORT, TRUTH, replace(right, before=_with_adam(before, eps=1e-6)), Tolerances())
     assert (eps.check, eps.expected, eps.actual) == ("train.update", 1e-8, 1e-6) and "before the step" in eps.message
+    amsgrad = "param group 0 of AdamW sets amsgrad: not AdamW's plain update"
+    [flag] = check_update(REPORT, TRUTH, replace(right, after=replace(right.after, update_rule=None,
+                                                                        update_rule_problem=amsgrad)), Tolerances())
+    assert (flag.check, flag.actual) == ("train.update", amsgrad) and flag.message.startswith(amsgrad + " after the step")
+
+
+def test_amsgrad_and_maximize_are_read_from_the_param_groups():
+    from compactsim.harness.core.training_state import snapshot_training_state
+
+    model = torch.nn.Linear(2, 1, dtype=torch.float64)
+    scheduler_of = lambda opt: torch.optim.lr_scheduler.LambdaLR(opt, lambda _: 1.0)  # noqa: E731
+    plain = torch.optim.AdamW(model.parameters())
+    assert snapshot_training_state(model, plain, scheduler_of(plain)).update_rule_problem is None
+    for flag in ("amsgrad", "maximize"):
+        opt = torch.optim.AdamW(model.parameters(), **{flag: True})
+        snap = snapshot_training_state(model, opt, scheduler_of(opt))
+        assert (snap.update_rule, snap.update_rule_problem) == (None, f"param group 0 of AdamW sets {flag}: not AdamW's plain update")
 
 
 def test_an_optimizer_state_the_audit_cannot_read_is_a_finding_not_a_pass():
