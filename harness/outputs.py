@@ -159,6 +159,7 @@ def prepare_output_dir(out: Path, *, force: bool = False, handle_signals: bool =
 
 def finish_output_dir(out: Path, *, passed: bool) -> None:
     """Mark the run complete (after `write_outputs`) and stop watching for an early exit."""
+    raise_if_terminated()
     write_run_state(out, "complete", passed=bool(passed))
     _unwatch(out)
 
@@ -180,11 +181,29 @@ def _watch(out: Path) -> None:
         _active[key] = (at_exit, previous)
 
 
+#: Signals `_on_sigterm` received in this process: its `SystemExit` can be swallowed by code the signal lands in
+#: (a library's bare ``except:`` around an import), so the run checks this before it writes or finishes.
+_received: list[int] = []
+
+
 def _on_sigterm(signum: int, frame: Any) -> None:
     """SIGTERM unwinds the run like Ctrl-C does (servers close, ``finally`` blocks run); exit status 143."""
+    _received.append(signum)
     for key in list(_active):
         _mark_interrupted(Path(key), "SIGTERM")
     raise SystemExit(128 + signum)
+
+
+def terminated() -> bool:
+    """Whether SIGTERM reached this process while a run watched its folder."""
+    return bool(_received)
+
+
+def raise_if_terminated() -> None:
+    """Exit 143 now if a SIGTERM arrived and its `SystemExit` was swallowed on the way: a terminated run must
+    never go on to write outputs or mark itself complete."""
+    if _received:
+        raise SystemExit(128 + _received[0])
 
 
 def _mark_interrupted(out: Path, reason: str) -> None:
@@ -223,6 +242,7 @@ def write_outputs(out: Path, runs: Sequence[Any], suite: Any, *, total_seconds: 
     from compactsim.harness.report.html import format_report_html
     from compactsim.harness.report.summary import format_summary_json, format_timings
 
+    raise_if_terminated()
     stage = staging_dir(out)
     _remove(stage)
     stage.mkdir(parents=True)
@@ -257,8 +277,10 @@ __all__ = [
     "finish_output_dir",
     "looks_like_output",
     "prepare_output_dir",
+    "raise_if_terminated",
     "read_run_state",
     "staging_dir",
+    "terminated",
     "write_outputs",
     "write_run_state",
 ]

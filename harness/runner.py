@@ -555,8 +555,10 @@ def _backend_step(
         with clock.stage("write"):
             return _observe_result(result, k, measured)
     except BaseException as exc:  # noqa: BLE001 - any backend failure (sys.exit, its own BaseException) is the outcome
-        if isinstance(exc, (KeyboardInterrupt, GeneratorExit)):
-            raise  # the user's Ctrl-C, or the interpreter closing a generator: not the backend's verdict
+        from compactsim.harness.outputs import terminated
+
+        if isinstance(exc, (KeyboardInterrupt, GeneratorExit)) or (isinstance(exc, SystemExit) and terminated()):
+            raise  # the user's Ctrl-C or SIGTERM, or the interpreter closing a generator: not the backend's verdict
         return _observed_error(exc, k, stage)
 
 

@@ -246,3 +246,28 @@ def test_a_run_into_a_foreign_folder_exits_2_and_touches_nothing(tmp_path):
     assert proc.returncode == 2
     assert "--force" in proc.stdout + proc.stderr
     assert _tree(out) == ["main.py"]
+
+
+def test_a_sigterm_whose_exit_was_swallowed_still_ends_the_run_before_it_writes(tmp_path, finished, monkeypatch):
+    """A library's bare ``except:`` (around an import, say) can swallow the handler's SystemExit; the run then must
+    not write outputs or call itself complete: it exits 143 at the next of those, its folder still interrupted."""
+    from compactsim.harness import outputs
+
+    out = tmp_path / "out"
+    monkeypatch.setattr(outputs, "_received", [])
+    outputs.prepare_output_dir(out)
+    try:
+        try:
+            outputs._on_sigterm(signal.SIGTERM, None)
+        except BaseException:  # noqa: BLE001 - what the swallowing library does
+            pass
+        assert outputs.terminated()
+        with pytest.raises(SystemExit) as info:
+            outputs.write_outputs(out, list(finished), None)
+        assert info.value.code == 143
+        with pytest.raises(SystemExit):
+            outputs.finish_output_dir(out, passed=True)
+        assert read_run_state(out) == {"format": "compactsim-run-state/1", "reason": "SIGTERM", "status": "interrupted"}
+        assert "summary.json" not in _tree(out)
+    finally:
+        outputs._unwatch(out)
