@@ -33,17 +33,23 @@ INT32_LIMIT: int = 2**31
 FLOAT32_MAX: float = (2 - 2**-23) * 2**127
 
 
+def _float_not_int(value: Any) -> Any:
+    """A float branch that takes no integer: a strict float accepts one, so an integer beyond the integer branch's
+    ±2**53 bound (2**53 + 1, -99999999999999999999) would pass as an inexact float; this error's type ends in
+    ``_type``, so the integer branch's bound is the error reported."""
+    if isinstance(value, int):
+        raise PydanticCustomError("float_type", "Input should be a valid number")
+    return value
+
+
 def _float_logprob(value: Any) -> Any:
     """The float branch of `Number`: no integers, and nothing float32 cannot hold.
 
-    A strict float still accepts an int, so without the first check an integer beyond the integer
-    branch's +-2**53 bound (say -99999999999999999999) would pass as an inexact float; that error's
-    type ends in ``_type`` so the integer branch's bound is the error reported. A finite float64
-    beyond float32's range (-1e308) would turn into -inf when the batch is built. Both checks live
-    here, not in `Field` bounds, so the JSON schema `gym-check` compares with Gym's stays unchanged.
+    Integers are refused as `_float_not_int` says. A finite float64 beyond float32's range (-1e308)
+    would turn into -inf when the batch is built. Both checks live here, not in `Field` bounds, so the
+    JSON schema `gym-check` compares with Gym's stays unchanged.
     """
-    if isinstance(value, int):
-        raise PydanticCustomError("float_type", "Input should be a valid number")
+    _float_not_int(value)
     if isinstance(value, float) and math.isfinite(value) and abs(value) > FLOAT32_MAX:
         raise PydanticCustomError(
             "float32_range", "Input should be within float32's finite range (|x| <= {bound}), got {value}",
@@ -60,12 +66,6 @@ TokenId = Annotated[StrictInt, Field(ge=0, lt=INT32_LIMIT)]
 Number = Annotated[StrictFloat, Field(allow_inf_nan=False), BeforeValidator(_float_logprob)] | Annotated[
     StrictInt, Field(ge=-FLOAT_EXACT_INT, le=FLOAT_EXACT_INT)
 ]
-def _float_not_int(value: Any) -> Any:
-    """The float branch of `Reward` takes no integer: a strict float accepts one, and 2**53 + 1 would pass as
-    the float 2**53; integers are the integer branch's, with its exact bound."""
-    if isinstance(value, int):
-        raise PydanticCustomError("float_type", "Input should be a valid number")
-    return value
 
 
 def _not_bool(value: Any) -> Any:

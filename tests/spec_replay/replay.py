@@ -279,6 +279,18 @@ def _fields_ok(obj: Mapping[str, Any], fields: Fields) -> bool:
     return True
 
 
+def _entries_ok(resp: Mapping[str, Any], key: str, kind: type, fields: Fields) -> bool:
+    """`resp[key]` absent, or a `kind` (an object: its values; a list: its elements) of objects of `fields`;
+    §3 lists `media_assets` and `boundary_events` as "absent or a value, never null"."""
+    if key not in resp:
+        return True
+    value = resp[key]
+    if not isinstance(value, kind):
+        return False  # null included
+    entries = value.values() if isinstance(value, Mapping) else value
+    return all(isinstance(entry, Mapping) and _fields_ok(entry, fields) for entry in entries)
+
+
 def _deeper_than(value: Any, limit: int) -> bool:
     """Whether objects/lists nest more than `limit` levels (the value itself is level 1), without recursion."""
     stack = [(value, 1)]
@@ -340,15 +352,8 @@ def _check_field_types(run: Mapping[str, Any] | None, resp: Mapping[str, Any], r
     for item in output:
         if not isinstance(item, Mapping) or not isinstance(item.get("type"), str):
             raise bad()
-    if "media_assets" in resp and resp["media_assets"] is None:  # §3: absent or a value, never null
+    if not _entries_ok(resp, "media_assets", Mapping, ASSET_FIELDS):
         raise bad()
-    assets = resp.get("media_assets")
-    if assets is not None:
-        if not isinstance(assets, Mapping):
-            raise bad()
-        for asset in assets.values():
-            if not isinstance(asset, Mapping) or not _fields_ok(asset, ASSET_FIELDS):
-                raise bad()
     # "the record lists" of the response row and "record (both lists)": each list present is typed, its
     # records as transport records (`model_call_metadata`) or full records (`completion_evidence`)
     for key, extra in (("model_call_metadata", TRANSPORT_RECORD_FIELDS), ("completion_evidence", FULL_RECORD_FIELDS)):
@@ -360,15 +365,8 @@ def _check_field_types(run: Mapping[str, Any] | None, resp: Mapping[str, Any], r
         for position, record in enumerate(records, start=1):
             if not isinstance(record, Mapping) or not _fields_ok(record, RECORD_FIELDS + extra):
                 raise bad(position)
-    if "boundary_events" in resp and resp["boundary_events"] is None:  # §3: absent or a value, never null
+    if not _entries_ok(resp, "boundary_events", list, EVENT_FIELDS):
         raise bad()
-    events = resp.get("boundary_events")
-    if events is not None:
-        if not isinstance(events, list):
-            raise bad()
-        for event in events:
-            if not isinstance(event, Mapping) or not _fields_ok(event, EVENT_FIELDS):
-                raise bad()
     for key in CONTRACT_KEYS:
         contract = resp.get(key)
         if contract is not None and (not isinstance(contract, Mapping) or not _fields_ok(contract, CONTRACT_FIELDS)):
