@@ -304,7 +304,7 @@ def check_gradient(report: Reporter, truth: StepTruth, measured: MeasuredStep, t
         diff2 += float((diff * diff).sum())
     relative = math.sqrt(diff2 / norm2) if norm2 > 0 else (0.0 if diff2 == 0 else math.inf)
     if not off and not relative > tol.gradient_norm_rtol:
-        return []
+        return _second_moment_finding(report, measured)
     max_diff, name, want_v, got_v = max(off) if off else largest
     if measured.moments_agree() is False:
         return [report("train.continuity", "AdamW's first and second moments do not agree on one gradient for this "
@@ -316,6 +316,21 @@ def check_gradient(report: Reporter, truth: StepTruth, measured: MeasuredStep, t
                    f"relative error {relative:.3g}: the gradient the optimizer applied (read from AdamW's first "
                    f"moment) differs from the oracle's clipped gradient; worst {name!r}, max |diff| "
                    f"{max_diff:.3g}{ratio}", expected=want_v, actual=got_v, row=name)]
+
+
+def _second_moment_finding(report: Reporter, measured: MeasuredStep) -> list[Finding]:
+    """A right applied gradient whose square the second moment did not take in with its group's β2.
+
+    The first moment was right, so the gradient was; the update's check cannot always see the
+    second moment (Adam's first update does not depend on it), yet every later step divides by it.
+    """
+    bad = measured.moments_disagreement()
+    if bad is None:
+        return []
+    return [report("train.continuity", f"AdamW's second moment of {bad.name!r} did not advance as v ← β2·v + (1 − β2)·g² "
+                   "with its param group's β2 and the gradient its first moment applied (which matches the oracle's): "
+                   "the second moment was reset or replaced during the step, or advanced with another β2",
+                   expected=bad.from_first_moment, actual=bad.from_second_moment, row=bad.name)]
 
 
 def _undetermined_step(truth: StepTruth, name: str, tol: Tolerances) -> torch.Tensor | float:

@@ -313,30 +313,53 @@ class MeasuredStep:
         return AppliedRate(lr=lr, bound=spread / norm2)
 
     def moments_agree(self) -> bool | None:
-        """Whether AdamW's two moments moved by one update with the same gradient, or None when unreadable.
+        """Whether AdamW's two moments moved by one update with the same gradient, or None when unreadable
+        (`moments_disagreement` says where they do not)."""
+        readable, disagreement = self._compare_moments()
+        return None if not readable else disagreement is None
 
-        ``v ← β2·v + (1 − β2)·g²`` gives ``g²`` back as the first moment gives ``g``; a state reset or
-        replaced during the step leaves them disagreeing (``g²`` from v falls far below zero, say),
-        while a wrong but consistently applied gradient keeps them in agreement. Bounds are the
-        stored moments' rounding, taken generously: this only tells a reset from a wrong gradient.
+    def moments_disagreement(self) -> MomentsDisagreement | None:
+        """The first parameter (by name) whose second moment did not move with the gradient its first moment applied.
+
+        ``v ← β2·v + (1 − β2)·g²`` (β2 its param group's) gives ``g²`` back as the first moment gives
+        ``g``. A state reset or replaced during the step leaves them disagreeing (``g²`` from v falls far
+        below zero, say), as does a second moment advanced with another β2 than the group holds, while
+        a wrong but consistently applied gradient keeps them in agreement. Bounds are the stored
+        moments' rounding, taken generously. None when they agree or cannot be read.
         """
+        return self._compare_moments()[1]
+
+    def _compare_moments(self) -> tuple[bool, MomentsDisagreement | None]:
+        """(readable, the first disagreement by parameter name) for `moments_agree` / `moments_disagreement`."""
         applied = self.applied_gradient()
         va, vb = self.after.second_moments, self.before.second_moments
         if applied is None or va is None or vb is None or set(va) != set(applied) or set(vb) != set(applied):
-            return None
+            return False, None
         skipped = self.skipped_parameters
-        for name, (g, err) in applied.items():
+        for name in sorted(applied):
             if name in skipped:
                 continue  # no update: nothing for the two moments to agree on
+            g, err = applied[name]
             _, beta2, eps = self.after.moment_settings[name]
             if not 0.0 <= beta2 < 1.0:
-                return None
+                return False, None
             g2 = (va[name] - beta2 * vb[name]) / (1.0 - beta2)
             bound = 16.0 * eps * (va[name].abs() + beta2 * vb[name].abs() + g2.abs()) / (1.0 - beta2) \
                 + 2.0 * g.abs() * err + err * err
-            if bool(((g * g - g2).abs() > bound + 1e-3 * (g * g)).any()):
-                return False
-        return True
+            excess = (g * g - g2).abs() - (bound + 1e-3 * (g * g))
+            if bool((excess > 0).any()):
+                i = int(torch.argmax(torch.nan_to_num(excess, nan=math.inf)))
+                return True, MomentsDisagreement(name, float((g * g).flatten()[i]), float(g2.flatten()[i]))
+        return True, None
 
 
-__all__ = ["AppliedRate", "MeasuredStep", "TrainingSnapshot", "snapshot_training_state"]
+@dataclass(frozen=True, slots=True)
+class MomentsDisagreement:
+    """Where AdamW's moments disagree: g² as the first moment reads it and as the second moment does (worst entry)."""
+
+    name: str
+    from_first_moment: float
+    from_second_moment: float
+
+
+__all__ = ["AppliedRate", "MeasuredStep", "MomentsDisagreement", "TrainingSnapshot", "snapshot_training_state"]

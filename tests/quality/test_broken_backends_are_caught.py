@@ -82,6 +82,7 @@ BROKEN = (
     "adam_eps_1e6",
     "adam_beta2_095",
     "loss_scale_kept_in_own_keyed_adamw",
+    "adam_second_moment_own_beta2",
 )
 #: Backends that train right but report one loss metric wrong: `train.metric` must name `EXPECTED_KEY`.
 MISREPORTING = (

@@ -166,3 +166,42 @@ def test_moments_reset_during_the_step_is_named_as_a_reset_not_as_a_wrong_gradie
     assert reset.moments_agree() is False
     [f] = check_gradient(REPORT, _truth(grads), reset, Tolerances())
     assert f.check == "train.continuity" and "do not agree on one gradient" in f.message
+
+
+def _step_with_beta2(policy, optimizer, scheduler, grads: dict[str, torch.Tensor], beta2: float) -> MeasuredStep:
+    """One hand-written AdamW step keeping torch's state keys whose second moment uses `beta2`, not its group's."""
+    before = snapshot_training_state(policy, optimizer, scheduler)
+    group = optimizer.param_groups[0]
+    b1 = group["betas"][0]
+    with torch.no_grad():
+        for name, p in policy.named_parameters():
+            g = grads[name].to(p.dtype)
+            st = optimizer.state[p]
+            if not st:
+                st.update(step=torch.tensor(0.0), exp_avg=torch.zeros_like(p), exp_avg_sq=torch.zeros_like(p))
+            st["step"] += 1
+            t = float(st["step"])
+            p.mul_(1 - group["lr"] * group["weight_decay"])
+            st["exp_avg"].lerp_(g, 1 - b1)
+            st["exp_avg_sq"].mul_(beta2).addcmul_(g, g, value=1 - beta2)
+            denom = (st["exp_avg_sq"].sqrt() / math.sqrt(1 - beta2**t)).add_(group["eps"])
+            p.addcdiv_(st["exp_avg"], denom, value=-group["lr"] / (1 - b1**t))
+    return MeasuredStep(before, snapshot_training_state(policy, optimizer, scheduler))
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_a_second_moment_advanced_with_another_beta2_is_a_finding_even_when_the_update_is_right(dtype):
+    """Bias correction makes the first update independent of β2: the weights and the first moment are right,
+    only the second moment shows a hand-written AdamW that keeps torch's keys but uses β2 = 0.95."""
+    policy, optimizer, scheduler = _state(dtype)
+    grads = _grads(0, torch.float64)
+    expected = {k: v.to(dtype).to(torch.float64) for k, v in grads.items()}
+    measured = _step_with_beta2(policy, optimizer, scheduler, grads, 0.95)
+    assert measured.moments_agree() is False
+    [f] = check_gradient(REPORT, _truth(expected), measured, Tolerances.for_dtype(str(dtype).removeprefix("torch.")))
+    assert f.check == "train.continuity" and "second moment of 'b'" in f.message and f.row == "b"
+    assert f.actual == pytest.approx(f.expected * 0.05 / 0.001, rel=1e-3)  # (1 − 0.95)·g² read with 1 − 0.999
+    policy, optimizer, scheduler = _state(dtype)
+    right = _step_with_beta2(policy, optimizer, scheduler, grads, 0.999)  # the same hand-written step with the group's β2
+    assert right.moments_agree() is True
+    assert check_gradient(REPORT, _truth(expected), right, Tolerances.for_dtype(str(dtype).removeprefix("torch."))) == []
