@@ -87,7 +87,7 @@ def ingest_result(obj: object) -> Ingested:
 
     contract_key, contract = _find_contract(response, raw_response, rollout_hint)
     flavour = _flavour(contract_key, contract, raw_response)
-    rollout_id = contract.rollout_id if contract is not None else _fallback_rollout_id(raw_response)
+    rollout_id = contract.rollout_id if contract is not None else _legacy_rollout_id(raw_response)
     violations: list[Violation] = []
 
     token_items = _token_items(response, raw_response, rollout_id, violations)
@@ -163,10 +163,20 @@ def _rollout_hint(raw: Mapping[str, Any]) -> str | None:
     return raw.get("id") if isinstance(raw.get("id"), str) else None
 
 
-def _fallback_rollout_id(raw: Mapping[str, Any]) -> str:
-    """Without a contract the response id is the only identity a result carries."""
+def _legacy_rollout_id(raw: Mapping[str, Any]) -> str:
+    """Without a contract the response `id` is the logical rollout id, the only identity the result carries.
+
+    Gym's response model requires it as a string; one without it would otherwise train under a
+    made-up name (and two of them collide), so it is `malformed_payload` before any token item is read.
+    """
     rid = raw.get("id")
-    return rid if isinstance(rid, str) and rid else UNKNOWN_ROLLOUT
+    if isinstance(rid, str):
+        return rid
+    json_types = {bool: "a boolean", int: "a number", float: "a number", list: "an array", type(None): "null"}
+    got = "no id" if "id" not in raw else json_types.get(type(rid), "an object")
+    raise ContractError("malformed_payload", rollout_id=None, turn_id=None,
+                        detail=f"response.id: a response without a contract needs a string id (its logical rollout "
+                               f"id), got {got}")
 
 
 def _malformed(exc: ValidationError, rollout_id: str | None) -> ContractError:

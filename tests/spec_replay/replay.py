@@ -429,8 +429,10 @@ def read_rollout(obj: Any) -> Rollout:
     rollout_id = _rollout_name(resp)
     _check_field_types(run, resp, rollout_id)  # order 2
     contract, records, full = _read_contract(resp, rollout_id)  # order 3
-    if contract is None:  # legacy: the response `id` (the spec names none for a response without one)
-        rollout_id = resp.get("id") if isinstance(resp.get("id"), str) else "<unknown>"
+    if contract is None:  # legacy: the response `id` is the logical rollout id; §3 order 3 requires a string
+        if not isinstance(resp.get("id"), str):
+            raise Refusal("malformed_payload", None, None)
+        rollout_id = resp["id"]
     else:
         rollout_id = contract["rollout_id"]
 

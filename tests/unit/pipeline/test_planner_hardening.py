@@ -351,6 +351,23 @@ def test_deeply_nested_legacy_image_part_is_malformed():
     assert _refusal(resp) == ("malformed_payload", "resp-rollout-0", None)
 
 
+
+@pytest.mark.parametrize(("value", "got"), [(None, "null"), (7, "a number"), (["r"], "an array"), ("absent", "no id")])
+def test_a_legacy_response_without_a_string_id_is_malformed_before_its_token_items(value, got):
+    """Without a contract the response `id` is the logical rollout id: none (or a non-string) would train under a
+    made-up name, and two such results would collide. The refusal comes before the token items' own errors."""
+    c1 = Call([1], [2])
+    resp = build_response([c1, continuing(c1, [], [3])], flavour="none")
+    if value == "absent":
+        del resp["id"]
+    else:
+        resp["id"] = value
+    _items(resp)[1]["generation_log_probs"] = ["not a number"]  # a later §3 error: the id's comes first
+    assert _refusal(resp) == ("malformed_payload", None, None)
+    with pytest.raises(ContractError, match=f"response.id: a response without a contract needs a string id .*got {got}$"):
+        plan_rollout(resp)
+
+
 # ------------------------------------------------------------------- diagnostics name the turn
 
 
