@@ -86,3 +86,59 @@ def test_a_rollouts_http_client_reports_the_trickle_as_a_timeout_after_its_retri
 def test_the_deadline_must_be_positive():
     with pytest.raises(ValueError, match="total_s=0"):
         DeadlineTransport(0)
+
+
+@contextmanager
+def trickled_head_server(byte_every_s: float) -> Iterator[str]:
+    """A loopback server that sends its status line and headers one byte per `byte_every_s`, never finishing them."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen()
+    stop = threading.Event()
+
+    def answer(conn: socket.socket) -> None:
+        with conn:
+            try:
+                conn.recv(65536)
+                head = b"HTTP/1.1 200 OK\r\n" + b"x-slow: " + b"a" * 100000
+                for byte in head:
+                    if stop.is_set():
+                        return
+                    conn.sendall(bytes([byte]))
+                    time.sleep(byte_every_s)
+            except OSError:
+                pass
+
+    def accept() -> None:
+        while True:
+            try:
+                conn, _ = sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=answer, args=(conn,), daemon=True).start()
+
+    threading.Thread(target=accept, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    finally:
+        stop.set()
+        sock.close()
+
+
+def test_a_trickled_status_line_and_headers_time_out_at_the_deadline_too():
+    """Before the body: every read is quick (one byte per 20 ms against a 0.25 s read timeout), the head never ends."""
+    with trickled_head_server(byte_every_s=0.02) as url, deadline_client(0.25, base_url=url) as client:
+        start = time.monotonic()
+        with pytest.raises(httpx.ReadTimeout, match=r"within 0.5 s in all"):
+            client.post("/v1/chat/completions", json={})
+        assert 0.5 <= time.monotonic() - start < 3.0
+
+
+def test_a_silent_server_is_still_a_read_timeout_of_the_read_not_of_the_deadline():
+    """Nothing at all arrives: the per-read timeout (0.25 s) ends the call before the 0.5 s deadline, as httpx says."""
+    with trickled_head_server(byte_every_s=60.0) as url, deadline_client(0.25, base_url=url) as client:
+        start = time.monotonic()
+        with pytest.raises(httpx.ReadTimeout) as info:
+            client.post("/v1/chat/completions", json={})
+        assert "in all" not in str(info.value)
+        assert 0.25 <= time.monotonic() - start < 0.5 + 0.5
