@@ -10,42 +10,20 @@ group's β2 and the gradient the first moment applied).
 from __future__ import annotations
 
 import functools
-import math
-
-import torch
 
 from compactsim.harness.core.batch import TraceBatch
 from compactsim.harness.pipeline.backend import ReferenceBackend
 from compactsim.harness.pipeline.train_config import TrainerConfig
 from compactsim.harness.pipeline.trainer import StepResult, TrainState
+from tests.quality._adamw import adamw_step
 
 EXPECTED_CHECK = "train.continuity"
 SCENARIO = "no-compaction"
 HARD_CODED_BETA2 = 0.95
 
 
-@torch.no_grad()
-def hard_coded_beta2_step(optimizer: torch.optim.Optimizer) -> None:
-    """torch's AdamW state layout (`step`, `exp_avg`, `exp_avg_sq`) and decoupled decay, β2 taken from a constant."""
-    for group in optimizer.param_groups:
-        b1 = group["betas"][0]
-        for p in group["params"]:
-            if p.grad is None:
-                continue
-            st = optimizer.state[p]
-            if not st:
-                st.update(step=torch.tensor(0.0), exp_avg=torch.zeros_like(p), exp_avg_sq=torch.zeros_like(p))
-            st["step"] += 1
-            t = float(st["step"])
-            p.mul_(1 - group["lr"] * group["weight_decay"])
-            st["exp_avg"].lerp_(p.grad, 1 - b1)
-            st["exp_avg_sq"].mul_(HARD_CODED_BETA2).addcmul_(p.grad, p.grad, value=1 - HARD_CODED_BETA2)
-            denom = (st["exp_avg_sq"].sqrt() / math.sqrt(1 - HARD_CODED_BETA2**t)).add_(group["eps"])
-            p.addcdiv_(st["exp_avg"], denom, value=-group["lr"] / (1 - b1**t))
-
-
 class Backend(ReferenceBackend):
-    """Runs the reference step with its AdamW stepping by `hard_coded_beta2_step` (same groups, same state).
+    """Runs the reference step with its AdamW stepping by hand (`adamw_step`: torch's state keys, β2 = 0.95).
 
     Set on the instance: the LR scheduler has already wrapped the optimizer's bound `step` there.
     """
@@ -53,5 +31,5 @@ class Backend(ReferenceBackend):
     name = "adam-second-moment-own-beta2"
 
     def train_step(self, state: TrainState, batch: TraceBatch, cfg: TrainerConfig) -> StepResult:
-        state.optimizer.step = functools.partial(hard_coded_beta2_step, state.optimizer)
+        state.optimizer.step = functools.partial(adamw_step, state.optimizer, beta2=HARD_CODED_BETA2)
         return super().train_step(state, batch, cfg)

@@ -9,7 +9,6 @@ and names the 1024×; here it cannot read it, and says so (`train.gradient`) ins
 
 from __future__ import annotations
 
-import math
 from unittest.mock import patch
 
 import torch
@@ -19,6 +18,7 @@ from compactsim.harness.pipeline import trainer as trainer_module
 from compactsim.harness.pipeline.backend import ReferenceBackend
 from compactsim.harness.pipeline.train_config import TrainerConfig
 from compactsim.harness.pipeline.trainer import StepResult, TrainState
+from tests.quality._adamw import adamw_step
 
 EXPECTED_CHECK = "train.gradient"
 SCENARIO = "float32-training"
@@ -31,23 +31,8 @@ class OwnKeyAdamW(torch.optim.Optimizer):
     def __init__(self, params, lr: float, betas: tuple[float, float], eps: float, weight_decay: float) -> None:
         super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay))
 
-    @torch.no_grad()
     def step(self, closure=None):  # noqa: ANN001, ANN201 - torch's signature
-        for group in self.param_groups:
-            b1, b2 = group["betas"]
-            for p in group["params"]:
-                if p.grad is None:
-                    continue
-                st = self.state[p]
-                if not st:
-                    st.update(step=torch.tensor(0.0), state1=torch.zeros_like(p), state2=torch.zeros_like(p))
-                st["step"] += 1
-                t = float(st["step"])
-                p.mul_(1 - group["lr"] * group["weight_decay"])
-                st["state1"].lerp_(p.grad, 1 - b1)
-                st["state2"].mul_(b2).addcmul_(p.grad, p.grad, value=1 - b2)
-                denom = (st["state2"].sqrt() / math.sqrt(1 - b2**t)).add_(group["eps"])
-                p.addcdiv_(st["state1"], denom, value=-group["lr"] / (1 - b1**t))
+        adamw_step(self, keys=("state1", "state2"))
 
 
 def _scaled_clip(params, max_norm):  # noqa: ANN001, ANN202 - the reference's private signature

@@ -12,6 +12,7 @@ from compactsim.harness.audit.checks import Reporter, Tolerances
 from compactsim.harness.audit.training_checks import check_continuity, check_gradient
 from compactsim.harness.core.expectations import ExpectedTrainingStep
 from compactsim.harness.core.training_state import MeasuredStep, snapshot_training_state
+from tests.quality._adamw import adamw_step
 
 REPORT = Reporter("s", 0, "compactsim run s --seed 0")
 
@@ -171,21 +172,7 @@ def test_moments_reset_during_the_step_is_named_as_a_reset_not_as_a_wrong_gradie
 def _step_with_beta2(policy, optimizer, scheduler, grads: dict[str, torch.Tensor], beta2: float) -> MeasuredStep:
     """One hand-written AdamW step keeping torch's state keys whose second moment uses `beta2`, not its group's."""
     before = snapshot_training_state(policy, optimizer, scheduler)
-    group = optimizer.param_groups[0]
-    b1 = group["betas"][0]
-    with torch.no_grad():
-        for name, p in policy.named_parameters():
-            g = grads[name].to(p.dtype)
-            st = optimizer.state[p]
-            if not st:
-                st.update(step=torch.tensor(0.0), exp_avg=torch.zeros_like(p), exp_avg_sq=torch.zeros_like(p))
-            st["step"] += 1
-            t = float(st["step"])
-            p.mul_(1 - group["lr"] * group["weight_decay"])
-            st["exp_avg"].lerp_(g, 1 - b1)
-            st["exp_avg_sq"].mul_(beta2).addcmul_(g, g, value=1 - beta2)
-            denom = (st["exp_avg_sq"].sqrt() / math.sqrt(1 - beta2**t)).add_(group["eps"])
-            p.addcdiv_(st["exp_avg"], denom, value=-group["lr"] / (1 - b1**t))
+    adamw_step(optimizer, beta2=beta2, grads={p: grads[name].to(p.dtype) for name, p in policy.named_parameters()})
     return MeasuredStep(before, snapshot_training_state(policy, optimizer, scheduler))
 
 
