@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import numpy as np
+from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from compactsim.mock_servers.loop_thread import LoopThread
@@ -380,7 +381,8 @@ class BodyLimitMiddleware:
                 digest.update(chunk)
             seen += len(chunk)
             done = not msg.get("more_body", False)
-        answer = LimitExceeded(413, name, "body", f"request body is {max(size, seen)} bytes; the limit is {cap}").body()
+        length = "declared as 10^18 bytes or more" if size >= _DECLARED_TOO_LONG else f"{max(size, seen)} bytes"
+        answer = LimitExceeded(413, name, "body", f"request body is {length}; the limit is {cap}").body()
         body = _json_bytes(answer)
         if self.on_refusal is not None and digest is not None:
             self.on_refusal(scope.get("path", ""), 413, digest.hexdigest(), answer, body)
@@ -412,10 +414,18 @@ def _with_close(start: Message) -> Message:
     return {**start, "headers": [*headers, (b"connection", b"close")]}
 
 
+#: What `_content_length` reads a declared length of more than 18 significant digits as: over every cap,
+#: and never converted (a header line may hold thousands of digits; `int()` refuses over 4300).
+_DECLARED_TOO_LONG = 10**18
+
+
 def _content_length(scope: Scope) -> int | None:
     for key, value in scope.get("headers", []):
         if key == b"content-length":
-            return int(value) if value.isdigit() and len(value) <= 18 else None
+            if not value.isdigit():
+                return None
+            digits = value.lstrip(b"0") or b"0"
+            return int(digits) if len(digits) <= 18 else _DECLARED_TOO_LONG
     return None
 
 
@@ -443,6 +453,8 @@ class ErrorGuardMiddleware:
 
         try:
             await self.app(scope, receive, tracking_send)
+        except ClientDisconnect:  # the client left mid-body (or sent a bad chunk): no one to answer, nothing broke
+            _log.debug("client disconnected before its request was read: %s %s", scope.get("method"), scope.get("path"))
         except Exception as exc:  # noqa: BLE001 - the point is to answer instead of dropping the connection
             if started or _is_transport_signal(exc):
                 raise

@@ -101,7 +101,9 @@ def serve_on_loopback(app: Any) -> Iterator[str]:
     """Serve `app` with uvicorn on 127.0.0.1 (a free port) in a thread; yields its base URL."""
     import uvicorn
 
-    server = uvicorn.Server(uvicorn.Config(app, host=HOST, port=0, log_level="warning", access_log=False, lifespan="off"))
+    from compactsim.mock_servers.head_deadline import uvicorn_config
+
+    server = uvicorn.Server(uvicorn_config(app, host=HOST, port=0))
     thread = threading.Thread(target=server.run, name="compactsim-server", daemon=True)
     thread.start()
     deadline = time.monotonic() + 30.0

@@ -129,12 +129,13 @@ def serve_command(
         raise typer.Exit(ExitCode.ERROR) from None
     import uvicorn
 
+    from compactsim.mock_servers.head_deadline import uvicorn_config
+
     bound = sock.getsockname()[1]
     err_console.print(f"compactsim mock model server: mode={server_settings.mode} seed={server_settings.seed} "
                       f"on http://{HOST}:{bound}",
                       markup=False, soft_wrap=True)
-    server = uvicorn.Server(uvicorn.Config(app, host=HOST, port=bound, log_level="warning", access_log=False,
-                                           lifespan="off"))
+    server = uvicorn.Server(uvicorn_config(app, host=HOST, port=bound))
     with sock:
         server.run(sockets=[sock])
     if not server.started:

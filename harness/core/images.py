@@ -25,6 +25,10 @@ MAX_IMAGE_PIXELS: int = 4096 * 4096
 _PREFIX = "data:image/"
 
 
+class PixelCapExceeded(ContractError):
+    """`media_decode` because the header declares more pixels than the cap (a server names its `max_image_pixels`)."""
+
+
 def data_url_payload(url: str) -> tuple[str, bytes]:
     """Split a base64 image data URL into (subtype, raw bytes); raise `ContractError(media_decode)` otherwise."""
     if not isinstance(url, str) or not url.startswith(_PREFIX):
@@ -114,14 +118,14 @@ def decode_data_url(url: str, *, max_bytes: int = MAX_IMAGE_BYTES, max_pixels: i
         with im:
             w, h = im.size
             if w * h > max_pixels:
-                raise ContractError("media_decode", detail=f"image is {w}x{h} = {w * h} pixels; the cap is {max_pixels}")
+                raise PixelCapExceeded("media_decode", detail=f"image is {w}x{h} = {w * h} pixels; the cap is {max_pixels}")
             if _above_pillows_warning_limit(w * h):  # a cap above Pillow's: its load-time checks would warn
                 with _without_pillow_bomb_warning():
                     rgb = np.asarray(im.convert("RGB"), dtype=np.uint8)
             else:
                 rgb = np.asarray(im.convert("RGB"), dtype=np.uint8)  # (H, W, 3)
     except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:  # the error; the warning is silenced
-        raise ContractError("media_decode", detail=f"image header declares a size refused as a decompression bomb "
+        raise PixelCapExceeded("media_decode", detail=f"image header declares a size refused as a decompression bomb "
                                                    f"({exc}); the cap is {max_pixels} pixels") from None
     except UnidentifiedImageError:  # Pillow's message names the BytesIO's address: not deterministic
         raise ContractError("media_decode", detail="image bytes do not decode as any supported format "

@@ -111,10 +111,11 @@ class ThreadServer:
     def __init__(self, app: Any, *, name: str) -> None:
         import uvicorn  # noqa: PLC0415 - only live checks serve anything
 
+        from compactsim.mock_servers.head_deadline import uvicorn_config  # noqa: PLC0415 - imports uvicorn
+
         self.port = free_port()
         self.name = name
-        self._server = uvicorn.Server(uvicorn.Config(app, host=HOST, port=self.port, log_level="warning",
-                                                     access_log=False, lifespan="on"))
+        self._server = uvicorn.Server(uvicorn_config(app, host=HOST, port=self.port, lifespan="on"))
         self._thread = threading.Thread(target=self._server.run, name=f"gym-check-{name}", daemon=True)
 
     @property

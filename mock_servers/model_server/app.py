@@ -5,7 +5,8 @@ gets 413 before any route reads it, and one not complete within ``limits.body_ti
 (both logged like the routes' refusals: `model_server.limits.log_body_refusal`); the JSON routes check
 the other request limits and run the request pipeline off the serving loop
 (`compactsim.mock_servers.model_server.limits`); a server bug answers a JSON 500 and keeps the
-connection (`compactsim.mock_servers.limits.ErrorGuardMiddleware`).
+connection (`compactsim.mock_servers.limits.ErrorGuardMiddleware`). Over HTTP the request line and
+headers are due within the same ``body_timeout_s`` (`compactsim.mock_servers.head_deadline`).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
                        path_caps={"/weights": ("max_weights_bytes", settings.limits.max_weights_bytes)},
                        body_timeout_s=settings.limits.body_timeout_s, on_refusal=log_body_refusal(state))
     app.add_middleware(ErrorGuardMiddleware)
+    app.state.head_timeout_s = settings.limits.body_timeout_s  # served by uvicorn: `head_deadline.uvicorn_config`
     return app
 
 

@@ -38,12 +38,18 @@ from compactsim.mock_servers.model_server.settings import ScriptStep, ServerSett
 
 
 class RequestRejected(Exception):
-    """A client mistake the server answers with `status_code` and ``{"detail": detail}``."""
+    """A client mistake the server answers with `status_code` and ``{"detail": detail}``.
 
-    def __init__(self, status_code: int, detail: str) -> None:
+    Over one of the settings' `limits`, `limit` names it and the answer is ``{"detail", "limit",
+    "field"}``, `field` being the request field holding the prompt (``messages``, ``input``, ``prompt``).
+    """
+
+    def __init__(self, status_code: int, detail: str, *, limit: str | None = None, field: str | None = None) -> None:
         super().__init__(detail)
         self.status_code = status_code
         self.detail = detail
+        self.limit = limit
+        self.field = field
 
 
 KeySource = Literal["metadata", "derived"]
@@ -256,6 +262,13 @@ def default_step(settings: ServerSettings, request_digest: str) -> ScriptStep:
     return ScriptStep(text=f"Done ({request_digest[:8]}).")
 
 
+def check_prompt_tokens(prompt: Rendered, limit: int, field: str) -> None:
+    """422 naming `max_prompt_tokens` for a rendered prompt longer than `limit` (chat, responses and /tokenize alike)."""
+    if len(prompt.token_ids) > limit:
+        raise RequestRejected(422, f"{field}: the prompt renders to {len(prompt.token_ids)} tokens; the limit is {limit}",
+                              limit="max_prompt_tokens", field=field)
+
+
 def check_prefix(prompt_ids: tuple[int, ...], required: list[int] | None) -> None:
     """400 unless the rendered prompt starts with `required` (Gym's `required_prefix_token_ids`)."""
     if required is None:
@@ -345,20 +358,23 @@ class Engine:
             return steps[key.turn - 1]
         return default_step(self.settings, request_digest)
 
-    def check_media(self, prompt: Rendered) -> None:
-        """413 for an oversized image, 422 for too many or a non-data URL (never fetched or opened)."""
+    def check_media(self, prompt: Rendered, field: str) -> None:
+        """413 for an oversized image, 422 for too many or a non-data URL (never fetched or opened here: policy
+        mode decodes, and checks the pixel count, in `generate`). `field` holds the prompt in the request."""
         from compactsim.harness.core.images import data_url_payload, encoded_size
 
         lim = self.settings.limits
         if len(prompt.images) > lim.max_images:
-            raise RequestRejected(422, f"prompt has {len(prompt.images)} images; the limit is {lim.max_images}")
+            raise RequestRejected(422, f"{field}: the prompt has {len(prompt.images)} images; the limit is {lim.max_images}",
+                                  limit="max_images", field=field)
         for j, im in enumerate(prompt.images):
             if not im.image_url.startswith("data:image/"):
                 raise RequestRejected(422, f"image {j} ({im.image_url[:40]!r}): only base64 data:image/... URLs are accepted; "
                                       "the server never reads paths or URLs")
             size = encoded_size(im.image_url)
             if size > lim.max_image_bytes:
-                raise RequestRejected(413, f"image {j} is {size} bytes; the limit is {lim.max_image_bytes}")
+                raise RequestRejected(413, f"{field}: image {j} is {size} bytes; the limit is {lim.max_image_bytes}",
+                                      limit="max_image_bytes", field=field)
             try:
                 data_url_payload(im.image_url)
             except ContractError as exc:
@@ -373,11 +389,12 @@ class Engine:
         max_tokens: int | None,
         top_logprobs: int = 0,
         force_length: bool = False,
+        field: str = "messages",
     ) -> Generation:
-        """Answer one call. `force_length` is the `finish_length` fault: drop the stop token."""
+        """Answer one call. `force_length` is the `finish_length` fault: drop the stop token. `field` holds the
+        prompt in the request (named by a refusal over a limit)."""
         lim = self.settings.limits
-        if len(prompt.token_ids) > lim.max_prompt_tokens:
-            raise RequestRejected(422, f"prompt has {len(prompt.token_ids)} tokens; the limit is {lim.max_prompt_tokens}")
+        check_prompt_tokens(prompt, lim.max_prompt_tokens, field)
         step = self.step_for(key, request_digest)
         ids = step.sampled_ids()
         budget = min(max_tokens or lim.max_new_tokens, lim.max_new_tokens)
@@ -394,7 +411,7 @@ class Engine:
                 raise RequestRejected(422, f"prompt of {len(prompt.token_ids)} tokens + {len(ids)} to generate exceeds "
                                            f"policy.max_sequence_tokens={cap} (the policy's attention memory grows "
                                            "with the square of the sequence)")
-            gen = self._policy_generate(prompt, ids, key, request_digest, top_logprobs)
+            gen = self._policy_generate(prompt, ids, key, request_digest, top_logprobs, field)
         parsed = parse_completion(gen["sampled"], item_id=call_item_id(self.settings.seed, key))
         return Generation(
             prompt_ids=prompt.token_ids,
@@ -421,10 +438,11 @@ class Engine:
         top = tuple(((t, lp),) for t, lp in zip(ids, lps)) if top_n > 0 else ()
         return {"sampled": ids, "logprobs": lps, "routes": routes, "top": top, "version": self._policy_version}
 
-    def _policy_generate(self, prompt: Rendered, template: list[int], key: CallKey, digest: str, top_n: int) -> dict[str, Any]:
+    def _policy_generate(self, prompt: Rendered, template: list[int], key: CallKey, digest: str, top_n: int,
+                         field: str) -> dict[str, Any]:
         import torch
 
-        from compactsim.harness.core.images import decode_data_url
+        from compactsim.harness.core.images import PixelCapExceeded, decode_data_url
 
         s = self.settings
         images = []
@@ -432,6 +450,9 @@ class Engine:
             try:
                 images.append(decode_data_url(im.image_url, max_bytes=s.limits.max_image_bytes,
                                               max_pixels=s.limits.max_image_pixels, dtype=self._torch_dtype()))
+            except PixelCapExceeded as exc:
+                raise RequestRejected(422, f"{field}: image {j}: {exc.detail}", limit="max_image_pixels",
+                                      field=field) from None
             except ContractError as exc:
                 raise RequestRejected(422, f"image {j}: {exc.detail}") from None
         free = _free_positions(template)
@@ -527,6 +548,7 @@ __all__ = [
     "call_digest",
     "call_item_id",
     "check_prefix",
+    "check_prompt_tokens",
     "default_step",
     "opens_episode",
     "read_hints",

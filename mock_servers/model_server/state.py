@@ -30,6 +30,7 @@ from compactsim.mock_servers.model_server.engine import (
     apply_content_faults,
     call_digest,
     check_prefix,
+    check_prompt_tokens,
     read_hints,
 )
 from compactsim.mock_servers.model_server.faults import NO_FAULTS, DroppedConnectionResponse, FaultPlan, TruncatedJSONResponse, select_faults
@@ -45,6 +46,15 @@ def json_response(obj: Any, status: int = 200) -> Response:
 def _validation_detail(exc: ValidationError) -> list[dict[str, Any]]:
     """FastAPI's 422 shape: one entry per error, `loc` starting with "body"."""
     return [{"type": e["type"], "loc": ["body", *e["loc"]], "msg": e["msg"]} for e in exc.errors(include_url=False, include_context=False, include_input=False)]
+
+
+def _prompt_field(req: BaseModel) -> str:
+    """The request field holding the prompt, which a refusal over a prompt limit names."""
+    if isinstance(req, ChatCompletionRequest):
+        return "messages"
+    if isinstance(req, ResponsesRequest):
+        return "input"
+    return next((k for k in ("messages", "input", "prompt") if getattr(req, k, None) is not None), "prompt")
 
 
 class ServerState:
@@ -66,7 +76,8 @@ class ServerState:
         """
         try:
             obj = json.loads(raw) if decoded is None else decoded
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        except (ValueError, RecursionError) as exc:  # JSONDecodeError, UnicodeDecodeError, or an integer before the
+            # syntax error that is too long for int() (the limits' reader reports the first of them, json_syntax)
             raise _Invalid([{"type": "json_invalid", "loc": ["body", exc.pos if hasattr(exc, "pos") else 0],
                              "msg": f"JSON decode error: {exc}"}]) from None
         if not isinstance(obj, dict):
@@ -107,7 +118,9 @@ class ServerState:
         try:
             _, req, digest = self.parse(raw, TokenizeRequest, decoded)
             rendered = self.render(req)
-            self.engine.check_media(rendered)
+            field = _prompt_field(req)
+            self.engine.check_media(rendered, field)
+            check_prompt_tokens(rendered, self.settings.limits.max_prompt_tokens, field)
         except (_Invalid, RequestRejected) as exc:
             return self._reject("tokenize", raw, exc)
         body = {"tokens": list(rendered.token_ids), "count": len(rendered.token_ids),
@@ -123,8 +136,9 @@ class ServerState:
         try:
             obj, req, digest = self.parse(raw, model, decoded)
             rendered = self.render(req)
+            field = _prompt_field(req)
             hints = read_hints(obj.get("metadata"))
-            self.engine.check_media(rendered)
+            self.engine.check_media(rendered, field)
             check_prefix(rendered.token_ids, req.required_prefix_token_ids)  # type: ignore[attr-defined]
             cdigest = call_digest(obj)
             # only accepted requests count as calls: a rejected body is not an attempt of anything
@@ -136,7 +150,7 @@ class ServerState:
             else:
                 max_tokens, top_n = req.max_output_tokens, req.top_logprobs or 0  # type: ignore[attr-defined]
             kwargs = dict(request_digest=digest, key=key, max_tokens=max_tokens, top_logprobs=top_n,
-                          force_length="finish_length" in plan.content)
+                          force_length="finish_length" in plan.content, field=field)
             if self.settings.mode == "policy":
                 gen = await anyio.to_thread.run_sync(lambda: self.engine.generate(rendered, **kwargs))
             else:
@@ -181,10 +195,12 @@ class ServerState:
         else:
             assert isinstance(exc, RequestRejected)
             status, detail = exc.status_code, exc.detail
-        resp = json_response({"detail": detail}, status)
+        over_limit = isinstance(exc, RequestRejected) and exc.limit is not None
+        resp = json_response({"detail": detail, "limit": exc.limit, "field": exc.field} if over_limit else {"detail": detail},
+                             status)
         try:
             req_digest = canonical_digest(json.loads(raw))
-        except (json.JSONDecodeError, UnicodeDecodeError):
+        except (ValueError, RecursionError):
             req_digest = bytes_digest(raw)
         self.log.record(endpoint=endpoint, status=status, request_digest=req_digest, response_digest=bytes_digest(resp.body),
                         policy_version=self.engine.policy_version, detail=detail if isinstance(detail, str) else json.dumps(detail))

@@ -3,7 +3,7 @@
 Same HTTP boundary as the model server (`compactsim.mock_servers.limits`): 413 for a body over
 ``max_body_bytes`` (declared or streamed), 408 for a body not complete within ``body_timeout_s``,
 JSON caps checked off the serving loop by the route, and a server bug answers a JSON 500 without
-closing the connection.
+closing the connection; over HTTP the request line and headers are due within ``body_timeout_s`` too.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ def create_app(settings: RewardSettings | None = None) -> FastAPI:
     app.add_middleware(BodyLimitMiddleware, max_body_bytes=settings.max_body_bytes,
                        body_timeout_s=settings.body_timeout_s)
     app.add_middleware(ErrorGuardMiddleware)
+    app.state.head_timeout_s = settings.body_timeout_s  # served by uvicorn: `head_deadline.uvicorn_config`
     return app
 
 

@@ -74,7 +74,7 @@ def test_route_row_faults_change_the_recorded_routes(run_agent, spec_for):
 def test_rejected_request_is_not_retried(run_agent, spec_for):
     record = run_agent(spec_for(turns=3), limits={"max_images": 0})
     assert (record.failure.kind, record.failure.turn_id, record.failure.attempts) == ("rejected_request", 2, 1)
-    assert "prompt has 1 images; the limit is 0" in record.failure.detail
+    assert "the prompt has 1 images; the limit is 0" in record.failure.detail
 
 
 def test_server_prefix_rejection_is_an_evidence_violation(run_agent, spec_for):

@@ -116,11 +116,44 @@ def test_bodies_at_the_limits_are_still_served():
     assert (over.status_code, over.json()["limit"]) == (422, "max_prompt_tokens")
 
 
-def test_malformed_json_keeps_the_fastapi_shaped_422():
+@pytest.mark.parametrize("raw", [b"\xff\xfe{garbage", b'{"messages":[' + b"1" * 5000 + b",]}", b"[" + b"1" * 5000 + b"]x"],
+                         ids=["not UTF-8", "a 5000-digit integer before the syntax error", "trailing garbage"])
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/responses", "/tokenize"])
+def test_malformed_json_keeps_the_fastapi_shaped_422(raw, path):
+    """An integer too long for `int()` ahead of the syntax error used to escape the pipeline's JSON parse as a 500."""
     with client_for(ServerSettings(seed=7, script=SCRIPT)) as c:
-        r = c.post("/v1/responses", content=b"\xff\xfe{garbage", headers={"content-type": "application/json"})
+        r = c.post(path, content=raw, headers={"content-type": "application/json"})
+        log = c.get("/request_log").json()["entries"]
     assert r.status_code == 422
     assert r.json()["detail"][0]["type"] == "json_invalid"
+    assert [e["status"] for e in log] == [422]
+
+
+def _empty_messages(n: int) -> list[dict]:
+    return [{"role": "user", "content": ""} for _ in range(n)]
+
+
+@pytest.mark.parametrize(("path", "body", "field"), [
+    ("/v1/chat/completions", chat_body(_empty_messages(12)), "messages"),
+    ("/v1/responses", {"input": [{"type": "message", "role": "user", "content": ""} for _ in range(12)]}, "input"),
+    ("/tokenize", {"messages": _empty_messages(12)}, "messages"),
+])
+def test_a_prompt_that_renders_over_max_prompt_tokens_names_the_limit_on_every_endpoint(path, body, field):
+    """No text at all (the byte pre-check passes) but 12 turns of chat-template tokens: /tokenize used to count it
+    (200) where chat and responses refused it, and their refusal named no limit."""
+    with client_for(ServerSettings(seed=7, script=SCRIPT, limits=Limits(max_prompt_tokens=16))) as c:
+        r = c.post(path, json=body)
+    assert (r.status_code, r.json()["limit"], r.json()["field"]) == (422, "max_prompt_tokens", field)
+    assert r.json()["detail"].startswith(f"{field}: the prompt renders to ") and r.json()["detail"].endswith("; the limit is 16")
+
+
+def test_too_many_images_names_max_images():
+    image = {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}
+    with client_for(ServerSettings(seed=7, script=SCRIPT, limits=Limits(max_images=2))) as c:
+        r = c.post("/v1/chat/completions", json=chat_body([{"role": "user", "content": [image] * 3}]))
+    assert r.status_code == 422
+    assert r.json() == {"detail": "messages: the prompt has 3 images; the limit is 2", "limit": "max_images",
+                        "field": "messages"}
 
 
 def test_prompt_text_bytes_is_a_lower_bound_of_the_rendered_length():

@@ -214,7 +214,7 @@ def test_oversized_image_gets_413():
     with client_for(settings) as c:
         r = c.post("/v1/responses", json={"input": [{"role": "user", "content": [{"type": "input_image", "image_url": big}]}]})
     assert r.status_code == 413
-    assert r.json()["detail"] == "image 0 is 300 bytes; the limit is 64"
+    assert r.json() == {"detail": "input: image 0 is 300 bytes; the limit is 64", "limit": "max_image_bytes", "field": "input"}
 
 
 def test_image_paths_are_rejected_without_being_read(scripted_settings, tmp_path, monkeypatch):

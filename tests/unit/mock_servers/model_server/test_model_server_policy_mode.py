@@ -170,7 +170,8 @@ def test_an_image_header_over_the_pixel_cap_gets_422_and_no_pillow_warning(polic
         with client_for(policy_settings) as c:
             r = c.post("/v1/responses", json={"input": items, "metadata": meta("r1", 1)})
     assert r.status_code == 422
-    assert "image 0: image is 10000x10000 = 100000000 pixels; the cap is 16777216" in r.text
+    assert r.json() == {"detail": "input: image 0: image is 10000x10000 = 100000000 pixels; the cap is 16777216",
+                        "limit": "max_image_pixels", "field": "input"}
     assert [w for w in caught if "DecompressionBomb" in w.category.__name__] == []
 
 
