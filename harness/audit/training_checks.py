@@ -352,6 +352,32 @@ def _undetermined_step(truth: StepTruth, name: str, tol: Tolerances) -> torch.Te
     return truth.lr * torch.clamp(2.0 * delta / g, max=2.0)  # g = 0 -> inf -> 2
 
 
+def _settled_entries(truth: StepTruth, measured: MeasuredStep) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    """Per parameter, (mask, expected weights) of the entries whose step nothing leaves open.
+
+    Where the oracle's gradient is exactly zero (an embedding row of a token no row holds, an expert
+    no token reached: zero in every precision) and the gradient the optimizer applied reads as zero
+    too (within its reading error), the step is decay and momentum alone, determined by the moments
+    the optimizer holds (`MeasuredStep.own_moment_update` at the oracle's rate): a trainer in a
+    lower precision may carry other moments than the oracle from earlier steps, but must move each
+    such entry as its own moments say. `_undetermined_step`'s allowance would otherwise hide a row
+    left unupdated (lazy, row-sparse Adam) or undecayed (decay applied only where the gradient is).
+    """
+    grads, applied = truth.clipped_gradient, measured.applied_gradient()
+    own = measured.own_moment_update(truth.lr) if grads is not None and applied is not None else None
+    if own is None:
+        return {}
+    out: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+    for name, want in own.items():
+        g, reading = grads.get(name), applied.get(name)
+        if g is None or reading is None or g.shape != want.shape or reading[0].shape != want.shape:
+            continue
+        mask = (g == 0) & (reading[0].abs() <= reading[1])
+        if bool(mask.any()):
+            out[name] = (mask, want)
+    return out
+
+
 def _adam_settings_finding(report: Reporter, truth: StepTruth, measured: MeasuredStep) -> list[Finding]:
     """Every parameter group holds the oracle's (β1, β2) and ε, read from the optimizer itself before and after the step.
 
@@ -382,23 +408,30 @@ def check_update(report: Reporter, truth: StepTruth, measured: MeasuredStep, tol
     optimizer's param groups hold the oracle's betas and eps (`_adam_settings_finding`).
 
     Bound per entry: update_atol + update_lr_fraction·lr + update_rtol·|expected update| + weight_rtol·|expected
-    weight| (the weight's own rounding) + the step the gradient's tolerance leaves open (`_undetermined_step`).
+    weight| (the weight's own rounding) + the step the gradient's tolerance leaves open (`_undetermined_step`),
+    except on entries no gradient reached, where the optimizer's own moments settle the step (`_settled_entries`).
     """
     settings = _adam_settings_finding(report, truth, measured)
     if settings:
         return settings
     worst: list[tuple[float, str, float, float]] = []
     after = measured.after.weights
+    settled = _settled_entries(truth, measured)
     for name in sorted(truth.params_after):
         want = truth.params_after[name]
         got = after.get(name)
         if got is None or tuple(got.shape) != tuple(want.shape):
             return [report("train.update", f"parameter {name!r} is missing or changed shape after the step",
                            expected=list(want.shape), actual=None if got is None else list(got.shape))]
+        open_step = _undetermined_step(truth, name, tol)
+        if name in settled:
+            mask, own = settled[name]
+            want = torch.where(mask, own, want)
+            open_step = torch.where(mask, torch.zeros_like(want), open_step)
         diff = (got.to(torch.float64) - want).abs()
         atol = tol.update_atol + tol.update_lr_fraction * truth.lr
         bound = (atol + tol.update_rtol * (want - measured.before.weights[name]).abs() + tol.weight_rtol * want.abs()
-                 + _undetermined_step(truth, name, tol))
+                 + open_step)
         excess = diff - bound
         if bool((excess > 0).any()) or not bool(torch.isfinite(got).all()):
             i = int(torch.argmax(torch.nan_to_num(excess, nan=math.inf)))

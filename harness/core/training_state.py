@@ -278,23 +278,14 @@ class MeasuredStep:
         ``t`` is each parameter's own counter; parameters the update skipped are left out of the fit
         (`train.update` checks that they did not move).
         """
-        rule, m_after, v_after = self.after.update_rule, self.after.first_moments, self.after.second_moments
-        names = set(self.after.weights)
-        if rule is None or m_after is None or v_after is None or self.optimizer_steps != 1 or self.optimizer_steps_uneven \
-                or not names or set(rule) != names or set(m_after) != names or set(v_after) != names \
-                or set(self.before.weights) != names:
+        directions = self._adam_directions()
+        if directions is None:
             return None
         parts: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, float]] = []  # (Δ, u, |Adam term|, |a|+|b|, eps)
         dot = norm2 = 0.0
-        for name in sorted(names - self.skipped_parameters):
-            t = self.after.steps_by_param.get(name, self.after.optimizer_step_max)
-            beta1, beta2, eps = self.after.moment_settings[name]
-            adam_eps, decay = rule[name]
+        for name, (u, adam) in directions.items():
+            eps = self.after.moment_settings[name][2]
             before, after = self.before.weights[name], self.after.weights[name]
-            if before.shape != after.shape or not (0.0 <= beta1 < 1.0 and 0.0 <= beta2 < 1.0):
-                return None
-            adam = (m_after[name] / (1.0 - beta1**t)) / (v_after[name].sqrt() / math.sqrt(1.0 - beta2**t) + adam_eps)
-            u = decay * before + adam
             delta = after - before
             dot += float((delta * u).sum())
             norm2 += float((u * u).sum())
@@ -311,6 +302,40 @@ class MeasuredStep:
         if math.sqrt(residual2) > 2.0 * math.sqrt(error2):
             return None
         return AppliedRate(lr=lr, bound=spread / norm2)
+
+    def _adam_directions(self) -> dict[str, tuple[torch.Tensor, torch.Tensor]] | None:
+        """Per updated parameter, (u, Adam term) of the update its own state dictates: ``p_after = p_before − lr·u``,
+        ``u = λ·p_before + Adam term``, ``Adam term = (m_after/bc1) / (sqrt(v_after)/sqrt(bc2) + ε)`` (see
+        `applied_lr`). None unless the step took one update of a plain Adam/AdamW rule whose state was read."""
+        rule, m_after, v_after = self.after.update_rule, self.after.first_moments, self.after.second_moments
+        names = set(self.after.weights)
+        if rule is None or m_after is None or v_after is None or self.optimizer_steps != 1 or self.optimizer_steps_uneven \
+                or not names or set(rule) != names or set(m_after) != names or set(v_after) != names \
+                or set(self.before.weights) != names:
+            return None
+        out: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+        for name in sorted(names - self.skipped_parameters):
+            t = self.after.steps_by_param.get(name, self.after.optimizer_step_max)
+            beta1, beta2, _ = self.after.moment_settings[name]
+            adam_eps, decay = rule[name]
+            before = self.before.weights[name]
+            if before.shape != self.after.weights[name].shape or not (0.0 <= beta1 < 1.0 and 0.0 <= beta2 < 1.0):
+                return None
+            adam = (m_after[name] / (1.0 - beta1**t)) / (v_after[name].sqrt() / math.sqrt(1.0 - beta2**t) + adam_eps)
+            out[name] = (decay * before + adam, adam)
+        return out
+
+    def own_moment_update(self, lr: float) -> dict[str, torch.Tensor] | None:
+        """Per updated parameter, the weights one AdamW step at rate `lr` gives from the weights before it and the
+        moments the optimizer itself holds after it (``p_before − lr·u``, `_adam_directions`); None when unreadable.
+
+        Where the gradient was zero, the moments are all the step has to go on: a trainer whose moments
+        drifted from the oracle's by rounding in earlier steps must still move each such entry as its own
+        moments say, decayed and with its momentum."""
+        directions = self._adam_directions()
+        if directions is None:
+            return None
+        return {name: self.before.weights[name] - lr * u for name, (u, _) in directions.items()}
 
     def moments_agree(self) -> bool | None:
         """Whether AdamW's two moments moved by one update with the same gradient, or None when unreadable

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from compactsim.harness.audit.checks import Reporter, Tolerances
-from compactsim.harness.audit.training_checks import check_continuity, check_gradient
+from compactsim.harness.audit.training_checks import check_continuity, check_gradient, check_update
 from compactsim.harness.core.expectations import ExpectedTrainingStep
 from compactsim.harness.core.training_state import MeasuredStep, snapshot_training_state
 from tests.quality._adamw import adamw_step
@@ -192,3 +192,36 @@ def test_a_second_moment_advanced_with_another_beta2_is_a_finding_even_when_the_
     right = _step_with_beta2(policy, optimizer, scheduler, grads, 0.999)  # the same hand-written step with the group's β2
     assert right.moments_agree() is True
     assert check_gradient(REPORT, _truth(expected), right, Tolerances.for_dtype(str(dtype).removeprefix("torch."))) == []
+
+
+def _two_steps(lazy: bool) -> tuple[MeasuredStep, dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+    """Step 0 gives every entry momentum; at step 1 row 1 of `w` gets no gradient. (measured step 1, its gradient,
+    the weights a right AdamW step 1 gives). `lazy`: row 1 is put back after the step, as a row-sparse Adam leaves it."""
+    import copy
+
+    policy, optimizer, scheduler = _state()
+    _step(policy, optimizer, scheduler, _grads(0, torch.float64))
+    grads = _grads(1, torch.float64)
+    grads["w"][1] = 0.0
+    right = copy.deepcopy((policy, optimizer, scheduler))
+    _step(*right, grads)
+    before_row = policy.w.detach()[1].clone()
+    measured = _step(policy, optimizer, scheduler, grads)
+    if lazy:
+        with torch.no_grad():
+            policy.w[1] = before_row
+        measured = MeasuredStep(measured.before, snapshot_training_state(policy, optimizer, scheduler))
+    return measured, grads, {name: p.detach().clone() for name, p in right[0].named_parameters()}
+
+
+def test_an_entry_no_gradient_reached_must_move_as_the_optimizers_own_moments_say():
+    """A gradient under its tolerance leaves Adam's step open by up to 2·lr (its sign could flip); an exactly-zero
+    gradient, read back as zero from the first moment, leaves nothing open: decay and momentum settle the step."""
+    right, grads, want = _two_steps(lazy=False)
+    truth = replace(_truth(grads), params_after=want)
+    assert check_update(REPORT, truth, right, Tolerances()) == []
+    lazy, _, _ = _two_steps(lazy=True)
+    [f] = check_update(REPORT, truth, lazy, Tolerances())
+    assert f.check == "train.update" and f.row == "w" and "1 of 2 parameter tensors" in f.message
+    moved = float((want["w"][1] - lazy.before.weights["w"][1]).abs().max())
+    assert 0 < moved < 2 * truth.lr  # inside the allowance an entry under its gradient tolerance gets
