@@ -46,7 +46,33 @@ class _App(typer.Typer):
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         safe_output_streams()
-        return super().__call__(*args, **kwargs)
+        try:
+            return super().__call__(*args, **kwargs)
+        except SystemExit as exc:
+            _exit_at_once_when_signalled(exc.code)
+            raise
+
+
+def _exit_at_once_when_signalled(code: Any) -> None:
+    """After a SIGTERM or SIGINT ended a run (its folder already says interrupted): flush and leave now.
+
+    The interpreter's own shutdown after such an exit sometimes aborted (SIGABRT, "terminate called
+    without an active exception": a native thread still running when its owner was destroyed) and
+    turned exit 143 into 134. Nothing is left to do by then: the run's folder was marked when the
+    signal arrived, and its worker processes were stopped on the way out.
+    """
+    from compactsim.harness.outputs import terminated
+
+    if not terminated():
+        return
+    import os
+
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError, AttributeError):
+            pass
+    os._exit(code if isinstance(code, int) else 1)
 
 
 app = _App(

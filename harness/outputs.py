@@ -7,8 +7,8 @@ Protocol (what `compactsim run` does; the README's "Output folder" section says 
    own entries (`OWNED`); an empty or new folder is created; a non-empty folder that does not
    look like one is refused (exit 2) unless ``--force``, and then too only compactsim's own
    entries are replaced. It then writes ``run-state.json`` = ``{"status": "running"}``. A
-   SIGTERM (or any exit before step 3) rewrites it to ``"interrupted"``; a SIGKILL leaves
-   ``"running"``. Either way there is no ``summary.json``: the old one went in this step.
+   SIGTERM or SIGINT (or any exit before step 3) rewrites it to ``"interrupted"``; a SIGKILL leaves
+   ``"running"``. The folder is locked (flock) until the run ends: a second run into it exits 2. Either way there is no ``summary.json``: the old one went in this step.
 2. `write_outputs`: every file is written into a temporary sibling folder
    (``.<name>.partial``) and renamed into place, ``summary.json`` last, so a ``summary.json``
    in the folder always belongs to a set of files that was written completely.
@@ -134,7 +134,7 @@ def ensure_output_dir(out: Path, *, option: str = "--out") -> Path:
 def prepare_output_dir(out: Path, *, force: bool = False, handle_signals: bool = True) -> None:
     """Clear compactsim's entries from `out` (or refuse a foreign non-empty folder) and mark the run running.
 
-    `handle_signals`: turn SIGTERM into `SystemExit(143)` (so ``finally`` blocks run) and mark
+    `handle_signals`: turn SIGTERM and SIGINT into `SystemExit(143 / 130)` (so ``finally`` blocks run) and mark
     the run ``"interrupted"`` if the process exits before `finish_output_dir`. A folder that
     cannot be created, read or written is a `ConfigError` naming ``--out`` (see `ensure_output_dir`).
     """
@@ -147,9 +147,17 @@ def prepare_output_dir(out: Path, *, force: bool = False, handle_signals: bool =
                 "invalid_argument",
                 f"--out {out}: the folder is not empty ({shown}) and is not a compactsim output folder; "
                 f"choose a new or empty folder, or pass --force (only {', '.join(OWNED)} are replaced)")
+        _lock(out)
         for name in OWNED:
             _remove(out / name)
-        _remove(staging_dir(out))
+        stage = staging_dir(out)
+        try:  # the files are staged beside the folder: a parent that takes no new entry fails now, not after the run
+            _remove(stage)
+            stage.mkdir()
+            stage.rmdir()
+        except OSError as exc:
+            raise ConfigError("invalid_argument", f"--out {out}: cannot stage the run's files beside the folder "
+                                                  f"({stage}): {_os_reason(exc)}") from None
         write_run_state(out, "running")
     except OSError as exc:
         raise ConfigError("invalid_argument", f"--out {out}: cannot prepare the folder: {_os_reason(exc)}") from None
@@ -158,10 +166,44 @@ def prepare_output_dir(out: Path, *, force: bool = False, handle_signals: bool =
 
 
 def finish_output_dir(out: Path, *, passed: bool) -> None:
-    """Mark the run complete (after `write_outputs`) and stop watching for an early exit."""
+    """Mark the run complete (after `write_outputs`), stop watching for an early exit and let another run in."""
     raise_if_terminated()
     write_run_state(out, "complete", passed=bool(passed))
     _unwatch(out)
+    release_output_dir(out)
+
+
+#: Output folders this process holds (`_lock`): resolved path -> the open descriptor its lock lives on.
+_locks: dict[str, int] = {}
+
+
+def _lock(out: Path) -> None:
+    """Hold an exclusive lock on the folder itself (flock on its descriptor) for as long as this run writes it.
+
+    Two runs into one folder would delete and overwrite each other's files and leave a run-state.json
+    that describes neither. The lock is the kernel's: it goes with the process, SIGKILL included, so
+    no stale lock file can outlive a run. Taken before anything in the folder changes.
+    """
+    import fcntl
+
+    key = str(out.resolve())
+    if key in _locks:
+        return
+    fd = os.open(out, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise ConfigError("invalid_argument", f"--out {out}: another compactsim run is writing this folder now; "
+                                              "wait for it, or choose another folder") from None
+    _locks[key] = fd
+
+
+def release_output_dir(out: Path) -> None:
+    """Let another run write `out` (the lock `prepare_output_dir` took); nothing when this process holds none."""
+    fd = _locks.pop(str(out.resolve()), None)
+    if fd is not None:
+        os.close(fd)
 
 
 def _watch(out: Path) -> None:
@@ -174,34 +216,44 @@ def _watch(out: Path) -> None:
     with _active_lock:
         _unwatch_locked(key)
         atexit.register(at_exit)
-        previous: Any = None
+        previous: dict[int, Any] = {}
         if threading.current_thread() is threading.main_thread():
-            previous = signal.getsignal(signal.SIGTERM)
-            signal.signal(signal.SIGTERM, _on_sigterm)
+            for signum in WATCHED_SIGNALS:
+                previous[signum] = signal.getsignal(signum)
+                signal.signal(signum, _on_signal)
         _active[key] = (at_exit, previous)
 
 
-#: Signals `_on_sigterm` received in this process: its `SystemExit` can be swallowed by code the signal lands in
+#: SIGTERM (a CI runner cancelling the job) and SIGINT (Ctrl-C) end a run the same way: marked interrupted, named.
+WATCHED_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+#: Signals `_on_signal` received in this process: its `SystemExit` can be swallowed by code the signal lands in
 #: (a library's bare ``except:`` around an import), so the run checks this before it writes or finishes.
 _received: list[int] = []
 
 
-def _on_sigterm(signum: int, frame: Any) -> None:
-    """SIGTERM unwinds the run like Ctrl-C does (servers close, ``finally`` blocks run); exit status 143."""
+def _on_signal(signum: int, frame: Any) -> None:
+    """The signal unwinds the run (servers close, ``finally`` blocks run); exit status 128 + its number
+    (143 for SIGTERM, 130 for SIGINT), the folder's run-state.json ``interrupted`` with the signal's name."""
+    import sys
+
     _received.append(signum)
+    name = signal.Signals(signum).name
     for key in list(_active):
-        _mark_interrupted(Path(key), "SIGTERM")
+        _mark_interrupted(Path(key), name)
+        sys.stderr.write(f"compactsim: {name} received: {Path(key) / RUN_STATE} says interrupted; exiting "
+                         f"{128 + signum}\n")
     raise SystemExit(128 + signum)
 
 
 def terminated() -> bool:
-    """Whether SIGTERM reached this process while a run watched its folder."""
+    """Whether SIGTERM or SIGINT reached this process while a run watched its folder."""
     return bool(_received)
 
 
 def raise_if_terminated() -> None:
-    """Exit 143 now if a SIGTERM arrived and its `SystemExit` was swallowed on the way: a terminated run must
-    never go on to write outputs or mark itself complete."""
+    """Exit 128 + the signal now if one arrived and its `SystemExit` was swallowed on the way: an interrupted run
+    must never go on to write outputs or mark itself complete."""
     if _received:
         raise SystemExit(128 + _received[0])
 
@@ -227,8 +279,9 @@ def _unwatch_locked(key: str) -> None:
         return
     at_exit, previous = entry
     atexit.unregister(at_exit)
-    if previous is not None and not _active and threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, previous)
+    if not _active and threading.current_thread() is threading.main_thread():
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 def write_outputs(out: Path, runs: Sequence[Any], suite: Any, *, total_seconds: float | None = None,
@@ -279,6 +332,7 @@ __all__ = [
     "prepare_output_dir",
     "raise_if_terminated",
     "read_run_state",
+    "release_output_dir",
     "staging_dir",
     "terminated",
     "write_outputs",

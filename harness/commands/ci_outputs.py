@@ -14,29 +14,68 @@ def format_progress_line(index: int, total: int, name: str, passed: bool, second
     return f"[{index}/{total}] {name} {'PASS' if passed else 'FAIL'} {seconds:.1f}s"
 
 
+def _report_paths(junit_xml: Path | None, markdown: Path | None) -> list[tuple[str, Path]]:
+    return [(option, path) for option, path in (("--junit-xml", junit_xml), ("--markdown", markdown)) if path is not None]
+
+
+def prepare_ci_outputs(junit_xml: Path | None, markdown: Path | None) -> None:
+    """Before any work: each report path can be written (`ConfigError` naming its option otherwise, exit 2), and a
+    report left there by an earlier run is removed, so an interrupted run never leaves another run's verdict
+    where a CI reads this one's. $GITHUB_STEP_SUMMARY, when set, must be a file this process can append to.
+    """
+    from compactsim.harness.report.markdown import STEP_SUMMARY_ENV, step_summary_path
+
+    for option, path in _report_paths(junit_xml, markdown):
+        try:
+            if path.is_dir():
+                raise ConfigError("invalid_argument", f"{option} {path}: is a directory")
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.unlink(missing_ok=True)  # an earlier run's report: gone until this run writes its own
+            path.touch()  # writable here: a report that cannot be written fails now, not after the run
+            path.unlink()
+        except OSError as exc:
+            raise ConfigError("invalid_argument", f"{option} {path}: cannot write the report there: "
+                                                  f"{exc.strerror or type(exc).__name__}") from None
+    summary = step_summary_path()
+    if summary is not None:
+        try:
+            with summary.open("a", encoding="utf-8"):
+                pass
+        except OSError as exc:
+            raise ConfigError("invalid_argument", f"${STEP_SUMMARY_ENV} {summary}: cannot append the job summary there: "
+                                                  f"{exc.strerror or type(exc).__name__}") from None
+
+
 def write_ci_outputs(cases: Sequence[Any], *, title: str, suite: str, junit_xml: Path | None,
-                     markdown: Path | None) -> dict[str, Path]:
-    """Write the JUnit XML and Markdown files asked for and append to $GITHUB_STEP_SUMMARY when set."""
+                     markdown: Path | None, seconds: float | None = None) -> dict[str, Path]:
+    """Write the JUnit XML and Markdown files asked for and append to $GITHUB_STEP_SUMMARY when set.
+
+    `seconds`: the run's wall time, the reports' total (the cases' sum when not given)."""
     from compactsim.harness.report.junit import format_junit_xml
-    from compactsim.harness.report.markdown import append_step_summary, format_markdown
+    from compactsim.harness.report.markdown import STEP_SUMMARY_ENV, append_step_summary, format_markdown
 
     written: dict[str, Path] = {}
-    text = format_markdown(cases, title=title)
+    text = format_markdown(cases, title=title, seconds=seconds)
+    option = ""
     try:
         if junit_xml is not None:
+            option = f"--junit-xml {junit_xml}"
             junit_xml.parent.mkdir(parents=True, exist_ok=True)
-            junit_xml.write_text(format_junit_xml(cases, suite=suite), encoding="utf-8")
+            junit_xml.write_text(format_junit_xml(cases, suite=suite, seconds=seconds), encoding="utf-8")
             written["junit_xml"] = junit_xml
         if markdown is not None:
+            option = f"--markdown {markdown}"
             markdown.parent.mkdir(parents=True, exist_ok=True)
             markdown.write_text(text, encoding="utf-8")
             written["markdown"] = markdown
+        option = f"${STEP_SUMMARY_ENV}"
         summary = append_step_summary(text)
     except OSError as exc:
-        raise ConfigError("invalid_argument", f"cannot write a CI report: {exc}") from None
+        raise ConfigError("invalid_argument", f"{option}: cannot write the CI report: "
+                                              f"{exc.strerror or type(exc).__name__}") from None
     if summary is not None:
         written["step_summary"] = summary
     return written
 
 
-__all__ = ["format_progress_line", "write_ci_outputs"]
+__all__ = ["format_progress_line", "prepare_ci_outputs", "write_ci_outputs"]

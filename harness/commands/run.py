@@ -28,7 +28,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from compactsim.harness.commands.ci_outputs import format_progress_line, write_ci_outputs
+from compactsim.harness.commands.ci_outputs import format_progress_line, prepare_ci_outputs, write_ci_outputs
 from compactsim.harness.commands.common import (
     MAX_SEED,
     ExitCode,
@@ -42,7 +42,7 @@ from compactsim.harness.commands.selection import select_scenarios
 from compactsim.harness.core.errors import CompactsimError, ConfigError
 from compactsim.harness.core.json_input import limits_help, load_json
 from compactsim.harness.local_pool import default_workers
-from compactsim.harness.outputs import ensure_output_dir, finish_output_dir, prepare_output_dir
+from compactsim.harness.outputs import ensure_output_dir, finish_output_dir, prepare_output_dir, release_output_dir
 
 DEFAULT_OUT = Path("compactsim-run")
 
@@ -149,6 +149,7 @@ def run_command(
     _use_cwd_imports()
     wandb_settings = None
     try:
+        prepare_ci_outputs(junit_xml, markdown)  # first: no earlier run's report survives this one, even its exit 2
         if executor not in (None, "local", "ray"):
             raise ConfigError("invalid_argument", f"--executor {executor}: expected local or ray")
         if ray_address is not None:
@@ -189,60 +190,63 @@ def run_command(
         prepare_output_dir(out, force=force)  # outputs: clear the old run's, mark this one running
     except CompactsimError as exc:
         raise typer.Exit(report_error(exc, as_json=json_output)) from None
-    options = RunOptions(seed=seed, backend=backend or DEFAULT_BACKEND, device=device, max_steps=steps,  # type: ignore[arg-type]
-                         server=server, wandb=wandb, wandb_dir=str(out / "wandb"), precision=precision)  # type: ignore[arg-type]
-    started = time.perf_counter()
-    plain = not err_console.is_terminal  # CI logs: one line per scenario instead of redrawn bars
-    finished = 0
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=err_console, transient=True, disable=json_output or plain) as progress:
-        overall = progress.add_task("scenarios", total=len(selected))
-        tasks: dict[str, Any] = {}
+    try:  # the folder's lock (prepare_output_dir) is held until the run ends, however it ends
+        options = RunOptions(seed=seed, backend=backend or DEFAULT_BACKEND, device=device, max_steps=steps,  # type: ignore[arg-type]
+                             server=server, wandb=wandb, wandb_dir=str(out / "wandb"), precision=precision)  # type: ignore[arg-type]
+        started = time.perf_counter()
+        plain = not err_console.is_terminal  # CI logs: one line per scenario instead of redrawn bars
+        finished = 0
+        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                      console=err_console, transient=True, disable=json_output or plain) as progress:
+            overall = progress.add_task("scenarios", total=len(selected))
+            tasks: dict[str, Any] = {}
 
-        def on_event(ev: Any) -> None:
-            nonlocal finished
-            if plain:
-                if ev.done and not json_output:
-                    finished += 1
-                    rec = ev.record
-                    line = format_progress_line(finished, len(selected), ev.scenario,
-                                                bool(rec is not None and rec.passed),
-                                                float(rec.seconds) if rec is not None else 0.0)
-                    err_console.print(line, markup=False, highlight=False, soft_wrap=True)
-                return
-            if ev.scenario not in tasks:
-                tasks[ev.scenario] = progress.add_task(f"  {ev.scenario}", total=max(ev.total_steps, 1))
-            progress.update(tasks[ev.scenario], completed=ev.step)
-            if ev.done:
-                progress.remove_task(tasks.pop(ev.scenario))
-                progress.advance(overall)
+            def on_event(ev: Any) -> None:
+                nonlocal finished
+                if plain:
+                    if ev.done and not json_output:
+                        finished += 1
+                        rec = ev.record
+                        line = format_progress_line(finished, len(selected), ev.scenario,
+                                                    bool(rec is not None and rec.passed),
+                                                    float(rec.seconds) if rec is not None else 0.0)
+                        err_console.print(line, markup=False, highlight=False, soft_wrap=True)
+                    return
+                if ev.scenario not in tasks:
+                    tasks[ev.scenario] = progress.add_task(f"  {ev.scenario}", total=max(ev.total_steps, 1))
+                progress.update(tasks[ev.scenario], completed=ev.step)
+                if ev.done:
+                    progress.remove_task(tasks.pop(ev.scenario))
+                    progress.advance(overall)
 
+            try:
+                runs = run_suite(selected, options, executor=executor, ray_address=ray_address, parallel=parallel,  # type: ignore[arg-type]
+                                 on_event=on_event, wandb=wandb_settings)
+            except CompactsimError as exc:  # e.g. the Ray cluster went away between the check and the connection
+                raise typer.Exit(report_error(exc, as_json=json_output)) from None
+        total = time.perf_counter() - started
+        suite = suite_record(runs, options, [s.name for s in selected], gym=gym_record(runs, gym_check))
+        paths = write_outputs(out, runs, suite, total_seconds=total, executor=executor)
+        finish_output_dir(out, passed=suite.passed)  # outputs: run-state.json says complete
+        records = [r.record for r in runs]
         try:
-            runs = run_suite(selected, options, executor=executor, ray_address=ray_address, parallel=parallel,  # type: ignore[arg-type]
-                             on_event=on_event, wandb=wandb_settings)
-        except CompactsimError as exc:  # e.g. the Ray cluster went away between the check and the connection
+            write_ci_outputs(cases_from_records(records), title="compactsim run", suite="compactsim run",
+                             junit_xml=junit_xml, markdown=markdown, seconds=total)
+        except CompactsimError as exc:
             raise typer.Exit(report_error(exc, as_json=json_output)) from None
-    total = time.perf_counter() - started
-    suite = suite_record(runs, options, [s.name for s in selected], gym=gym_record(runs, gym_check))
-    paths = write_outputs(out, runs, suite, total_seconds=total, executor=executor)
-    finish_output_dir(out, passed=suite.passed)  # outputs: run-state.json says complete
-    records = [r.record for r in runs]
-    try:
-        write_ci_outputs(cases_from_records(records), title="compactsim run", suite="compactsim run",
-                         junit_xml=junit_xml, markdown=markdown)
-    except CompactsimError as exc:
-        raise typer.Exit(report_error(exc, as_json=json_output)) from None
-    if json_output:
-        print_json(format_summary(suite))
-    else:
-        console.print(format_results_table(records))
-        for line in format_failures(records):
-            console.print(line)
-        passed = sum(1 for r in records if r.passed)
-        colour = "green" if passed == len(records) else "red"
-        console.print(f"[{colour}]{passed}/{len(records)} scenarios met their expected verdict[/{colour}] in "
-                      f"{total:.1f}s · summary {paths['summary']} · report {paths['report']}")
-    raise typer.Exit(ExitCode.OK if suite.passed else ExitCode.FINDINGS)
+        if json_output:
+            print_json(format_summary(suite))
+        else:
+            console.print(format_results_table(records))
+            for line in format_failures(records):
+                console.print(line)
+            passed = sum(1 for r in records if r.passed)
+            colour = "green" if passed == len(records) else "red"
+            console.print(f"[{colour}]{passed}/{len(records)} scenarios met their expected verdict[/{colour}] in "
+                          f"{total:.1f}s · summary {paths['summary']} · report {paths['report']}")
+        raise typer.Exit(ExitCode.OK if suite.passed else ExitCode.FINDINGS)
+    finally:
+        release_output_dir(out)
 
 
 def replay_command(

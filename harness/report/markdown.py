@@ -33,11 +33,14 @@ def _fence(lines: Sequence[str]) -> str:
     return f"{ticks}text\n{body}\n{ticks}"
 
 
-def format_markdown(cases: Sequence[CaseResult], *, title: str) -> str:
-    """The summary: headline, one table row per case (failures first), details of each failure."""
+def format_markdown(cases: Sequence[CaseResult], *, title: str, seconds: float | None = None) -> str:
+    """The summary: headline, one table row per case (failures first), details of each failure.
+
+    `seconds`: the headline's time, the run's wall time (what the command printed); the cases' sum
+    when not given (cases run side by side overlap, so their sum overstates the run)."""
     passed = sum(1 for c in cases if c.passed)
     mark = "✅" if passed == len(cases) else "❌"
-    total = sum(c.seconds for c in cases)
+    total = sum(c.seconds for c in cases) if seconds is None else seconds
     out = [f"### {mark} {title}: {passed}/{len(cases)} passed" + (f" in {total:.1f}s" if total else ""), ""]
     out += ["| scenario | verdict | seconds | findings |", "|---|---|---:|---:|"]
     for c in sorted(cases, key=lambda c: (c.passed, c.name)):

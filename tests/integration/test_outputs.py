@@ -219,11 +219,55 @@ def _assert_not_a_finished_run(out: Path) -> None:
 
 @pytest.mark.slow
 @pytest.mark.timeout(180)
-def test_sigterm_mid_run_leaves_an_interrupted_folder_and_no_summary(tmp_path, finished):
-    proc, out = _start_and_kill(tmp_path, finished, signal.SIGTERM)
-    assert proc.returncode == 143
-    assert read_run_state(out) == {"format": "compactsim-run-state/1", "reason": "SIGTERM", "status": "interrupted"}
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)], ids=["SIGTERM", "SIGINT"])
+def test_a_signal_mid_run_leaves_an_interrupted_folder_naming_it_and_no_summary(tmp_path, finished, sig, code):
+    """Ctrl-C is named like a CI runner's SIGTERM (it used to read "the process exited before the run finished")."""
+    proc, out = _start_and_kill(tmp_path, finished, sig)
+    name = signal.Signals(sig).name
+    assert proc.returncode == code
+    assert read_run_state(out) == {"format": "compactsim-run-state/1", "reason": name, "status": "interrupted"}
+    assert f"compactsim: {name} received: {out / 'run-state.json'} says interrupted; exiting {code}" in \
+        proc.stderr.read().decode()
     _assert_not_a_finished_run(out)
+
+
+def test_a_second_run_into_a_folder_another_run_is_writing_exits_2_and_touches_nothing(tmp_path):
+    """The folder is flock'ed from prepare to finish: two runs into it used to delete each other's files and both
+    exit 0 over a folder describing neither. The kernel drops the lock with its holder, SIGKILL included."""
+    import fcntl
+    import os
+
+    from compactsim.harness.core.errors import ConfigError
+    from compactsim.harness.outputs import release_output_dir
+
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "run-state.json").write_text('{"format": "compactsim-run-state/1", "status": "running"}')
+    held = os.open(out, os.O_RDONLY)  # what the other run's process holds
+    try:
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        with pytest.raises(ConfigError, match="another compactsim run is writing this folder now"):
+            prepare_output_dir(out, handle_signals=False)
+        assert (out / "run-state.json").read_text() == '{"format": "compactsim-run-state/1", "status": "running"}'
+    finally:
+        os.close(held)
+    prepare_output_dir(out, handle_signals=False)  # the holder is gone: this run takes the folder
+    assert read_run_state(out)["status"] == "running"
+    release_output_dir(out)
+
+
+def test_a_parent_that_cannot_take_the_staging_folder_exits_2_before_the_run(tmp_path, monkeypatch):
+    """The files are staged beside --out (`.out.partial`): a parent that takes no new entry used to end a whole run
+    with a PermissionError traceback and exit 1."""
+    from compactsim.harness import outputs
+    from compactsim.harness.core.errors import ConfigError
+
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("x")
+    monkeypatch.setattr(outputs, "staging_dir", lambda out: blocker / ".out.partial")
+    with pytest.raises(ConfigError, match=r"--out .*/out: cannot stage the run's files beside the folder \(.*\): Not a directory"):
+        prepare_output_dir(tmp_path / "out", handle_signals=False)
+    outputs.release_output_dir(tmp_path / "out")
 
 
 @pytest.mark.slow
@@ -258,7 +302,7 @@ def test_a_sigterm_whose_exit_was_swallowed_still_ends_the_run_before_it_writes(
     outputs.prepare_output_dir(out)
     try:
         try:
-            outputs._on_sigterm(signal.SIGTERM, None)
+            outputs._on_signal(signal.SIGTERM, None)
         except BaseException:  # noqa: BLE001 - what the swallowing library does
             pass
         assert outputs.terminated()
@@ -271,3 +315,4 @@ def test_a_sigterm_whose_exit_was_swallowed_still_ends_the_run_before_it_writes(
         assert "summary.json" not in _tree(out)
     finally:
         outputs._unwatch(out)
+        outputs.release_output_dir(out)

@@ -5,9 +5,11 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from compactsim.harness.cli import app
+from compactsim.harness.commands.ci_outputs import prepare_ci_outputs
 from compactsim.harness.report.markdown import STEP_SUMMARY_ENV
 
 runner = CliRunner()
@@ -30,3 +32,39 @@ def test_run_writes_junit_markdown_and_step_summary_with_plain_progress(tmp_path
     assert markdown.startswith("### ✅ compactsim run: 1/1 passed in ")
     assert "| no-compaction | pass |" in markdown
     assert summary.read_text() == markdown
+
+
+def test_the_reports_total_is_the_runs_wall_time_as_printed_not_the_sum_of_its_scenarios(tmp_path: Path):
+    """Two scenarios side by side overlap: summing them overstated the run (273.6 s against a printed 145.6 s)."""
+    result = runner.invoke(app, ["run", "no-compaction", "text-only-rollout", "--parallel", "2", "--out",
+                                 str(tmp_path / "out"), "--junit-xml", str(tmp_path / "j.xml"), "--markdown",
+                                 str(tmp_path / "s.md")], env={STEP_SUMMARY_ENV: ""})
+    assert result.exit_code == 0, result.output
+    printed = float(result.stdout.rsplit(" in ", 1)[1].split("s ·", 1)[0])
+    root = ET.parse(tmp_path / "j.xml").getroot()
+    assert float(root.get("time")) == float(root[0].get("time")) == pytest.approx(printed, abs=0.05)
+    assert (tmp_path / "s.md").read_text().startswith(f"### ✅ compactsim run: 2/2 passed in {printed:.1f}s")
+
+
+def test_a_report_path_that_cannot_be_written_exits_2_before_any_scenario_runs(tmp_path: Path):
+    """It used to fail after the whole run, with the suite's folder already marked complete and passed."""
+    (tmp_path / "afile").write_text("x")
+    for option, path in (("--junit-xml", tmp_path / "afile" / "j.xml"), ("--markdown", tmp_path)):
+        result = runner.invoke(app, ["run", "no-compaction", "--out", str(tmp_path / "out"), option, str(path)],
+                               env={STEP_SUMMARY_ENV: ""})
+        assert result.exit_code == 2, result.output
+        assert f"{option} {path}: " in result.stderr
+        assert not (tmp_path / "out").exists()
+    result = runner.invoke(app, ["run", "no-compaction", "--out", str(tmp_path / "out")],
+                           env={STEP_SUMMARY_ENV: str(tmp_path)})
+    assert result.exit_code == 2 and f"${STEP_SUMMARY_ENV} {tmp_path}: cannot append the job summary there" in result.stderr
+
+
+def test_an_earlier_runs_reports_are_gone_once_a_run_starts(tmp_path: Path):
+    """Written outside --out, they survived an interrupted run: a CI reporter then read the previous run's verdict."""
+    junit, markdown = tmp_path / "reports" / "junit.xml", tmp_path / "reports" / "summary.md"
+    junit.parent.mkdir()
+    junit.write_text("<testsuites><testsuite name='old' tests='1' failures='0'/></testsuites>")
+    markdown.write_text("### ✅ old run")
+    prepare_ci_outputs(junit, markdown)
+    assert not junit.exists() and not markdown.exists()

@@ -93,3 +93,28 @@ def test_without_worker_processes_the_items_run_here(monkeypatch: pytest.MonkeyP
     out = run_in_processes(_square_with_pid, [(k,) for k in range(3)], workers=2, on_done=lambda k, _r: done.append(k))
     assert [v for v, _pid in out] == [0, 1, 4] and {pid for _v, pid in out} == {os.getpid()}
     assert done == [0, 1, 2]
+
+
+def _sleep_long(x: int) -> int:
+    if x:
+        time.sleep(60.0)
+    return x
+
+
+def test_a_run_ended_from_outside_stops_its_workers_instead_of_waiting_for_their_items() -> None:
+    """A SIGTERM's SystemExit (here: raised from `on_done`) used to leave the running items to finish: 8-16 s."""
+    import multiprocessing
+
+    others = set(multiprocessing.active_children())
+
+    def stop(_k: int, _r: int) -> None:
+        raise SystemExit(143)
+
+    start = time.monotonic()
+    with pytest.raises(SystemExit):
+        run_in_processes(_sleep_long, [(0,), (1,)], workers=2, costs=[1, 9], on_done=stop)
+    deadline = time.monotonic() + 10.0
+    while set(multiprocessing.active_children()) - others and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert set(multiprocessing.active_children()) - others == set()
+    assert time.monotonic() - start < 20.0  # not the 60 s the running item would take
