@@ -256,6 +256,28 @@ def _link_host_distributions(names: tuple[str, ...], site: Path) -> list[str]:
     return linked
 
 
+def _built(final: Path, key: str, interpreter: Interpreter, deps_source: DepsSource, ignore_rp: bool) -> BuiltVenv | None:
+    """The venv at `final` when it was built completely (its manifest is written last) and its links still resolve."""
+    if not (final / MANIFEST).exists() or _has_broken_links(final):
+        return None
+    manifest = json.loads((final / MANIFEST).read_text(encoding="utf-8"))
+    return BuiltVenv(final, final / "bin" / "python", key, interpreter, deps_source, ignore_rp, False,
+                     int(manifest.get("bytes", 0)), {}, manifest)
+
+
+def _cached_index_venv(revision: Revision, cache_dir: Path, profile: Profile) -> BuiltVenv | None:
+    """The venv an online check built for this revision and profile, for `--offline` to reuse (None if none is).
+
+    An offline build links this interpreter's own packages instead of installing from the index, so it
+    needs them installed here; a venv already built from the index needs nothing at all.
+    """
+    interpreter, _ = choose_interpreter(deps_source="index")
+    key = venv_key(revision, interpreter, "index", profile)
+    final = cache_dir / "venvs" / key
+    with _locked(cache_dir / "venvs" / f".{key}.lock"):
+        return _built(final, key, interpreter, "index", not _satisfies(interpreter.version_text, revision.requires_python))
+
+
 def _cached_runtime(revision: Revision, cache_dir: Path) -> bool:
     """Whether some runtime venv of this revision is already built (offline live checks reuse it)."""
     for manifest in (cache_dir / "venvs").glob(f"*/{MANIFEST}"):
@@ -278,6 +300,10 @@ def ensure_venv(revision: Revision, cache_dir: Path, *, offline: bool = False, p
     if offline and profile == "runtime" and not _cached_runtime(revision, cache_dir):
         raise GymSetupError("install", "--offline: the revision's runtime venv (agent and model-server apps) is not "
                                        "cached; run the live check once with the index reachable")
+    if offline and profile != "runtime":
+        cached = _cached_index_venv(revision, cache_dir, profile)  # a warm cache needs no host-linked build
+        if cached is not None:
+            return cached
     interpreter, why = choose_interpreter(deps_source="index" if profile == "runtime" else deps_source)
     if profile == "runtime":
         deps_source = "index"
@@ -287,10 +313,9 @@ def ensure_venv(revision: Revision, cache_dir: Path, *, offline: bool = False, p
     venvs = cache_dir / "venvs"
     final = venvs / key
     with _locked(venvs / f".{key}.lock"):
-        if (final / MANIFEST).exists() and not _has_broken_links(final):
-            manifest = json.loads((final / MANIFEST).read_text(encoding="utf-8"))
-            return BuiltVenv(final, final / "bin" / "python", key, interpreter, deps_source, ignore_rp, False,
-                             int(manifest.get("bytes", 0)), {}, manifest)
+        existing = _built(final, key, interpreter, deps_source, ignore_rp)
+        if existing is not None:
+            return existing
         timing: dict[str, float] = {}
         tmp = venvs / f".tmp-{key}-{os.getpid()}"
         shutil.rmtree(tmp, ignore_errors=True)
