@@ -170,8 +170,29 @@ class _RunData:
 # scenarios
 
 
+#: The attribute a scenario loaded from a file keeps that file under (the selector as given), so
+#: that its reproduction command names the file: its name alone selects nothing in the catalogue.
+#: Not a field: the scenario's data (`scenario.json`, equality, digests) does not change.
+_SOURCE_ATTR = "_compactsim_source"
+
+
+def scenario_source(scenario: Any) -> str | None:
+    """The scenario file a scenario came from, as the command line named it (None: a catalogue scenario)."""
+    return getattr(scenario, _SOURCE_ATTR, None)
+
+
+def _with_source(scenario: Any, source: str | None) -> Any:
+    """`scenario`, remembering `source` as the file it came from (nothing to remember: unchanged)."""
+    if source is not None:
+        object.__setattr__(scenario, _SOURCE_ATTR, source)  # a frozen pydantic model: not a field, so set it directly
+    return scenario
+
+
 def resolve_scenarios(selectors: Sequence[str]) -> tuple[Any, ...]:
-    """Catalogue scenarios named or tagged by `selectors` (all when empty); a path to a YAML file works too."""
+    """Catalogue scenarios named or tagged by `selectors` (all when empty); a path to a YAML file works too.
+
+    A file's scenarios remember the selector that named it (`scenario_source`) for their reproduction command.
+    """
     from compactsim.scenarios.catalogue import default_catalogue, load_file
 
     chosen: list[Any] = []
@@ -179,7 +200,7 @@ def resolve_scenarios(selectors: Sequence[str]) -> tuple[Any, ...]:
     for sel in selectors:
         path = Path(sel)
         if sel.endswith((".yaml", ".yml")) and path.is_file():
-            chosen += load_file(path)
+            chosen += [_with_source(s, sel) for s in load_file(path)]
         else:
             names.append(sel)
     if names or not selectors:
@@ -221,7 +242,9 @@ def prepare_scenario(scenario: Any, options: RunOptions) -> Any:
         data["trainer"] = deep_merge(data.get("trainer") or {}, {"policy": {"precision": p, "logprob_dtype": p}})
         if data.get("metrics"):
             data["metrics"] = widen_deviations(data["metrics"], Tolerances.for_dtype(p).metric_atol)
-    return scenario if data == scenario.to_data() else Scenario.model_validate(data)
+    if data == scenario.to_data():
+        return scenario
+    return _with_source(Scenario.model_validate(data), scenario_source(scenario))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -438,9 +461,10 @@ def _backend_flag(backend: str) -> str | None:
 
 
 def scenario_reproduce(scenario: Any, options: RunOptions) -> str:
-    """The one-line command that reruns exactly this scenario."""
-    return reproduce_command(scenario.name, scenario.seed, backend=_backend_flag(options.backend),
-                             steps=options.max_steps, precision=options.precision)
+    """The one-line command that reruns exactly this scenario (a file's scenario: that file, as it was named)."""
+    return reproduce_command(scenario_source(scenario) or scenario.name, scenario.seed,
+                             backend=_backend_flag(options.backend), steps=options.max_steps,
+                             precision=options.precision)
 
 
 def _execute(
@@ -622,8 +646,8 @@ def _harness_failure(scenario: Any, options: RunOptions, exc: BaseException, clo
     """A record for a scenario the harness could not run (no verdict reached: counts as failed)."""
     name = getattr(scenario, "name", str(scenario))
     seed = options.seed if options.seed is not None else getattr(scenario, "seed", 0)
-    repro = reproduce_command(name, seed, backend=_backend_flag(options.backend), steps=options.max_steps,
-                              precision=options.precision)
+    repro = reproduce_command(scenario_source(scenario) or name, seed, backend=_backend_flag(options.backend),
+                              steps=options.max_steps, precision=options.precision)
     text = f"{type(exc).__name__}: {exception_text(exc)}"
     finding = Finding(scenario=name, step=None, check="run.harness_error", row=None, position=None,
                       expected="a completed run", actual=text[:300], message=text[:500], reproduce=repro)
@@ -642,14 +666,15 @@ def _harness_failure(scenario: Any, options: RunOptions, exc: BaseException, clo
 # a suite
 
 
-def _run_remote(scenario_data: Mapping[str, Any], options: RunOptions, sys_path: Sequence[str]) -> ScenarioRun:
-    """A Ray task: one scenario in a worker process (same code, same results)."""
+def _run_remote(scenario_data: Mapping[str, Any], options: RunOptions, sys_path: Sequence[str],
+                source: str | None = None) -> ScenarioRun:
+    """A Ray task: one scenario in a worker process (same code, same results); `source`: its `scenario_source`."""
     for p in reversed(list(sys_path)):
         if p not in sys.path:
             sys.path.insert(0, p)
     from compactsim.scenarios.model import Scenario
 
-    return run_scenario(Scenario.model_validate(dict(scenario_data)), options)
+    return run_scenario(_with_source(Scenario.model_validate(dict(scenario_data)), source), options)
 
 
 def ray_cluster(address: str | None, num_cpus: int,
@@ -707,7 +732,7 @@ def run_suite(
     with ray_cluster(ray_address, parallel or 2, ray_connect_timeout_s):
         task = ray.remote(num_cpus=1)(_run_remote)
         path = [os.getcwd(), *sys.path]
-        pending = {task.remote(s.to_data(), options, path): k for k, s in enumerate(scenarios)}
+        pending = {task.remote(s.to_data(), options, path, scenario_source(s)): k for k, s in enumerate(scenarios)}
         out: list[ScenarioRun | None] = [None] * len(scenarios)
         while pending:
             done, _ = ray.wait(list(pending), num_returns=1)
@@ -729,8 +754,8 @@ def _run_local_processes(scenarios: Sequence[Any], options: RunOptions, workers:
         if on_event is not None:
             on_event(_done_event(run))
 
-    runs = run_in_processes(_run_remote, [(s.to_data(), options, path) for s in scenarios], workers=workers,
-                            costs=[cost_hint(s) for s in scenarios], on_done=done)
+    runs = run_in_processes(_run_remote, [(s.to_data(), options, path, scenario_source(s)) for s in scenarios],
+                            workers=workers, costs=[cost_hint(s) for s in scenarios], on_done=done)
     return [finished(run) for run in runs]
 
 
@@ -865,6 +890,7 @@ __all__ = [
     "run_scenario",
     "run_suite",
     "scenario_reproduce",
+    "scenario_source",
     "suite_record",
     "write_outputs",
 ]

@@ -2,8 +2,10 @@
 
 Each file holds ``scenarios: [ {name, purpose, ...}, ... ]`` (see `compactsim.scenarios.model.Scenario`).
 Names are unique across the catalogue; a tag selects every scenario carrying it. A file that
-does not parse, or an entry that does not validate, is a `ConfigError("invalid_config")` naming
-the file, the entry and the field path.
+does not parse, or an entry that does not validate, is a `ScenarioFileError` (an `InputError`
+with the code "invalid_config"): one line ``FILE:LINE:COLUMN: field $.scenarios[K].FIELD: problem``
+naming the offending value (an unknown key: the key; a missing field: the mapping that lacks it),
+and the same six keys as every bad input file under ``--json``.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import yaml
 from pydantic import ValidationError
 
 from compactsim.harness.core.errors import ConfigError
-from compactsim.harness.core.json_input import InputError, parse_yaml, read_text
+from compactsim.harness.core.json_input import InputError, format_field_path, parse_yaml, read_text
 from compactsim.scenarios.model import Scenario
 
 CATALOGUE_DIR = Path(__file__).resolve().parent / "catalogue"
@@ -41,30 +43,151 @@ def _did_you_mean(word: str, choices: Iterable[str]) -> str:
     return "; did you mean " + (quoted[0] if len(quoted) == 1 else ", ".join(quoted[:-1]) + " or " + quoted[-1]) + "?"
 
 
-def _where(loc: Sequence[Any]) -> str:
-    out = ""
-    for part in loc:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
-    return out or "<entry>"
+class ScenarioFileError(InputError):
+    """A scenario file that does not hold valid scenarios; one line ``FILE:LINE:COLUMN: field F: problem``.
+
+    An `InputError` (so ``--json`` prints ``{error_code, file, line, column, field, message}``) whose
+    code stays the catalogue's "invalid_config".
+    """
+
+    def __init__(self, source: str, line: int | None, field: str | None, problem: str, *,
+                 column: int | None = None) -> None:
+        super().__init__(source, line, field, problem, column=column)
+        self.code = "invalid_config"
+        self.args = (f"{self.code}: {self.detail}",)
+
+    def __reduce__(self):  # type: ignore[override]
+        return (_rebuild_scenario_file_error, (self.source, self.line, self.field, self.problem, self.column))
 
 
-def parse_scenarios(data: Any, *, source: str) -> tuple[Scenario, ...]:
-    """Scenarios from one file's parsed data (``{"scenarios": [...]}``); `source` names it in errors."""
-    if not isinstance(data, dict) or set(data) != {"scenarios"} or not isinstance(data["scenarios"], list):
-        raise ConfigError("invalid_config", f"{source}: expected a mapping with one key 'scenarios' holding a list")
+def _rebuild_scenario_file_error(source: str, line: int | None, field: str | None, problem: str,
+                                 column: int | None) -> ScenarioFileError:
+    return ScenarioFileError(source, line, field, problem, column=column)
+
+
+_Loc = tuple[str | int, ...]
+
+
+class _Positions:
+    """Where a place of a scenario file's data is in its text (composed only when an error needs it)."""
+
+    def __init__(self, text: str | None) -> None:
+        self._text = text
+        self._root: Any = None
+        self._composed = False
+
+    def root(self) -> Any:
+        if not self._composed:
+            self._composed = True
+            if self._text is not None:
+                try:  # the text already passed `parse_yaml` (limits, aliases), so composing it is safe
+                    self._root = yaml.compose(self._text, Loader=yaml.SafeLoader)
+                except yaml.YAMLError:
+                    self._root = None
+        return self._root
+
+    def find(self, loc: _Loc, *, key: bool = False, missing: bool = False) -> tuple[int | None, int | None, str]:
+        """(line, column, field) of `loc`: the value there (its key with `key`; with `missing`, the mapping lacking it).
+
+        Parts of a pydantic location that are no place in the data (the member names of a union,
+        ``[key]``) are skipped; the field path names only the places found (plus a missing key).
+        Without the text there is no line and column, and the field path is the whole location.
+        """
+        node, key_node = self.root(), None
+        if node is None:
+            return None, None, format_field_path(list(loc))
+        found: list[str | int] = []
+        last_found = True
+        for part in loc:
+            nxt = None
+            if isinstance(node, yaml.MappingNode):
+                nxt = next(((k, v) for k, v in node.value if isinstance(k, yaml.ScalarNode) and k.value == str(part)),
+                           None)
+            elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and 0 <= part < len(node.value):
+                nxt = (None, node.value[part])
+            last_found = nxt is not None
+            if nxt is None:
+                if part == "[key]" and key_node is not None:  # a mapping key that does not validate
+                    node, key_node = key_node, None
+                continue
+            key_node, node = nxt
+            found.append(part)
+        if missing and loc and not last_found:
+            found.append(loc[-1])
+        elif key and last_found and key_node is not None:
+            node = key_node
+        mark = node.start_mark
+        return mark.line + 1, mark.column + 1, format_field_path(found)
+
+    def error(self, source: str, loc: _Loc, problem: str, *, key: bool = False,
+              missing: bool = False) -> ScenarioFileError:
+        line, column, field = self.find(loc, key=key, missing=missing)
+        return ScenarioFileError(source, line, field, problem, column=column)
+
+
+def _one_line(text: str) -> str:
+    return "; ".join(part.strip() for part in str(text).splitlines() if part.strip())
+
+
+def _check_shape(data: Any, source: str, where: _Positions) -> None:
+    """``{"scenarios": [...]}`` and nothing else, or a `ScenarioFileError` at the place that differs."""
+    shape = "a scenario file is a mapping with one key 'scenarios' holding a list"
+    if not isinstance(data, dict):
+        raise where.error(source, (), "expected a mapping with one key 'scenarios' holding a list")
+    for key in data:
+        if key != "scenarios":
+            raise where.error(source, (str(key),), f"unknown key {str(key)[:60]!r}: {shape}", key=True)
+    if "scenarios" not in data:
+        raise where.error(source, ("scenarios",), f"Field required: {shape}", missing=True)
+    if not isinstance(data["scenarios"], list):
+        got = type(data["scenarios"]).__name__
+        raise where.error(source, ("scenarios",), f"expected a list of scenarios, got {got}")
+
+
+def check_shape(data: Any, *, source: str, text: str | None = None) -> None:
+    """The file-level check of `parse_scenarios` alone: `ScenarioFileError` unless `data` is ``{"scenarios": [...]}``.
+
+    `text` (the YAML the data was parsed from) lets the error name the line and column.
+    """
+    _check_shape(data, source, _Positions(text))
+
+
+def _validation_error(exc: ValidationError, source: str, k: int, where: _Positions) -> ScenarioFileError:
+    """Pydantic's first problem with entry `k` as one line at its place in the file; the others are counted.
+
+    A wrong type or value is at the value, an unknown key at the key, a missing field at the
+    mapping that lacks it, a check across fields at the entry.
+    """
+    errors = exc.errors()
+    first = errors[0]
+    kind = first.get("type", "")
+    line, column, field = where.find(("scenarios", k, *first["loc"]), key=kind == "extra_forbidden",
+                                     missing=kind == "missing")
+    problem = _one_line(first["msg"])
+    if len(errors) > 1:
+        problem += f" (and {len(errors) - 1} more problem(s))"
+    return ScenarioFileError(source, line, field, problem, column=column)
+
+
+def parse_scenarios(data: Any, *, source: str, text: str | None = None) -> tuple[Scenario, ...]:
+    """Scenarios from one file's parsed data (``{"scenarios": [...]}``); `source` names it in errors.
+
+    Every problem is a `ScenarioFileError` naming the field; given `text` (the YAML the data was
+    parsed from), also the line and column of the offending value.
+    """
+    where = _Positions(text)
+    _check_shape(data, source, where)
     out: list[Scenario] = []
     first: dict[str, int] = {}
     for k, entry in enumerate(data["scenarios"]):
-        name = entry.get("name") if isinstance(entry, dict) else None
-        label = f"{source}: scenarios[{k}]" + (f" ({name!r})" if name else "")
         try:
             out.append(Scenario.model_validate(entry))
         except ValidationError as exc:
-            problems = tuple(f"{_where(e['loc'])}: {e['msg']}" for e in exc.errors())
-            raise ConfigError("invalid_config", f"{label}: {len(problems)} invalid field(s)", violations=problems) from None
+            raise _validation_error(exc, source, k, where) from None
         if out[-1].name in first:
-            raise ConfigError("invalid_config", f"{label}: the name is already used by scenarios[{first[out[-1].name]}] "
-                                                "of this file; names are unique")
+            raise where.error(source, ("scenarios", k, "name"), f"the name {out[-1].name!r} is already used by "
+                                                                f"scenarios[{first[out[-1].name]}] of this file; "
+                                                                "names are unique")
         first[out[-1].name] = k
     return tuple(out)
 
@@ -72,10 +195,11 @@ def parse_scenarios(data: Any, *, source: str) -> tuple[Scenario, ...]:
 def load_file(path: Path) -> tuple[Scenario, ...]:
     """The scenarios of one YAML file, read under the input limits (size, regular file, YAML alias expansion)."""
     try:
-        data = parse_yaml(read_text(path, what="scenario file"), str(path))
-    except InputError as exc:  # a scenario file's problems keep the catalogue's code; the detail names line and column
-        raise ConfigError("invalid_config", exc.detail) from None
-    return parse_scenarios(data, source=str(path))
+        text = read_text(path, what="scenario file")
+        data = parse_yaml(text, str(path))
+    except InputError as exc:  # a scenario file's problems keep the catalogue's code, and the place they are at
+        raise ScenarioFileError(exc.source, exc.line, exc.field, exc.problem, column=exc.column) from None
+    return parse_scenarios(data, source=str(path), text=text)
 
 
 @dataclass(frozen=True)
@@ -170,6 +294,8 @@ def dump_scenario(scenario: Scenario) -> str:
 __all__ = [
     "CATALOGUE_DIR",
     "Catalogue",
+    "ScenarioFileError",
+    "check_shape",
     "close_names",
     "default_catalogue",
     "dump_scenario",

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from compactsim.harness.core.errors import ConfigError
-from compactsim.harness.core.json_input import InputError, load_yaml
+from compactsim.harness.core.json_input import InputError, parse_yaml, read_text
 
 
 def looks_like_file(selector: str) -> bool:
@@ -46,9 +46,12 @@ def check_scenario_file(selector: str) -> Path:
     path = Path(selector)
     if not path.exists():
         raise InputError(selector, None, None, "file not found (a scenario YAML file)")
-    data = load_yaml(path, what="scenario file")
-    if not isinstance(data, dict) or not isinstance(data.get("scenarios"), list):
-        raise InputError(selector, None, "scenarios", "expected a mapping with one key 'scenarios' holding a list")
+    from compactsim.scenarios.catalogue import check_shape
+
+    text = read_text(path, what="scenario file")
+    if not text.strip():
+        raise InputError(str(path), None, None, "empty scenario file")
+    check_shape(parse_yaml(text, str(path)), source=str(path), text=text)  # its entries: when it is loaded
     return path
 
 

@@ -207,7 +207,7 @@ def _line_col(text: str, offset: int) -> tuple[int, int]:
     return text.count("\n", 0, offset) + 1, offset - (text.rfind("\n", 0, offset) + 1) + 1
 
 
-def _format_path(parts: list[str | int]) -> str:
+def format_field_path(parts: list[str | int]) -> str:
     shown: list[str | int] = parts if len(parts) <= 8 else [*parts[:4], "...", *parts[-3:]]
     out = "$"
     for p in shown:
@@ -247,7 +247,7 @@ def json_path_at(text: str, offset: int) -> str:
             parts.append(frame[1])
         elif frame[1] is not None:
             parts.append(str(frame[1]))
-    return _format_path(parts)
+    return format_field_path(parts)
 
 
 def _problem_at(text: str, offset: int, source: str, problem: str, line_base: int) -> InputError:
@@ -403,18 +403,18 @@ def parse_yaml(text: str, source: str) -> Any:
         if node.tag == "tag:yaml.org,2002:int":
             digits = sum(ch.isdigit() for ch in str(node.value))
             if digits > MAX_INT_DIGITS:
-                raise InputError(source, mark.line + 1, _format_path(path),
+                raise InputError(source, mark.line + 1, format_field_path(path),
                                  f"integer with {digits} digits; the limit is {MAX_INT_DIGITS}", column=mark.column + 1)
         elif node.tag == "tag:yaml.org,2002:str" and (surrogate := _SURROGATE.search(node.value)):
             at = surrogate.start()
-            raise InputError(source, mark.line + 1, _format_path(path),
+            raise InputError(source, mark.line + 1, format_field_path(path),
                              f"string holds the surrogate U+{ord(node.value[at]):04X} at index {at}; text must be "
                              "valid Unicode (write the character itself, or a \\U escape of 8 hex digits)",
                              column=mark.column + 1)
         elif node.tag == "tag:yaml.org,2002:float":
             value = yaml.SafeLoader.construct_yaml_float(yaml.SafeLoader(""), node)
             if not math.isfinite(value):
-                raise InputError(source, mark.line + 1, _format_path(path),
+                raise InputError(source, mark.line + 1, format_field_path(path),
                                  f"number {str(node.value)[:40]} is not a finite float", column=mark.column + 1)
 
     expansion_limit = max(YAML_EXPANSION_FLOOR, YAML_EXPANSION_FACTOR * len(text))
@@ -436,7 +436,7 @@ def parse_yaml(text: str, source: str) -> Any:
             self._expanded: dict[int, tuple[int, int]] = {}
 
         def _problem(self, mark: Any, problem: str) -> InputError:
-            return InputError(source, mark.line + 1, _format_path(self._path), problem, column=mark.column + 1)
+            return InputError(source, mark.line + 1, format_field_path(self._path), problem, column=mark.column + 1)
 
         def compose_node(self, parent: Any, index: Any) -> Any:  # type: ignore[override]
             if parent is not None:  # a mapping key is composed with index None, its value with the key node
@@ -466,7 +466,7 @@ def parse_yaml(text: str, source: str) -> Any:
             for key, _ in node.value:
                 if isinstance(key, yaml.ScalarNode) and key.tag != "tag:yaml.org,2002:merge":
                     if key.value in seen:
-                        raise InputError(source, key.start_mark.line + 1, _format_path([*self._path, key.value]),
+                        raise InputError(source, key.start_mark.line + 1, format_field_path([*self._path, key.value]),
                                          f"duplicate key {key.value[:60]!r}: it is already set in this mapping",
                                          column=key.start_mark.column + 1)
                     seen.add(key.value)
@@ -537,6 +537,7 @@ __all__ = [
     "YAML_EXPANSION_FACTOR",
     "YAML_EXPANSION_FLOOR",
     "decode_text",
+    "format_field_path",
     "json_lines",
     "json_path_at",
     "limits_help",
