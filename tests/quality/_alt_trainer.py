@@ -27,7 +27,9 @@ class Knobs:
     reverse_microbatches: bool = False
     #: the all-reduce: mean of per-rank copies (the reference), or every rank accumulating into one `.grad`
     #: with the loss not scaled by dp (a SUM all-reduce)
-    allreduce: Literal["mean_of_copies", "accumulate_sum"] = "mean_of_copies"
+    #: (or, broken: the mean over only the ranks that hold a real row, as DDP's Join context divides by the ranks
+    #: still joined; a rank of padding rows alone then counts for nothing)
+    allreduce: Literal["mean_of_copies", "accumulate_sum", "mean_over_ranks_with_rows"] = "mean_of_copies"
     #: Megatron-style: backward of each micro-batch's un-normalised sum (the loss times N + 1e-8), gradients
     #: divided by N + 1e-8 once before clipping
     divide_once: bool = False
@@ -119,11 +121,15 @@ def train_step(state: T.TrainState, batch: TraceBatch, cfg: TrainerConfig, knobs
             mb_metrics.append(metrics)
         if pending:
             (torch.stack(pending).sum() * dp_scale).backward()
-        if knobs.allreduce == "mean_of_copies":
+        if knobs.allreduce != "accumulate_sum":
             rank_grads.append(T._take_grads(params))
-    if knobs.allreduce == "mean_of_copies":
+    if knobs.allreduce != "accumulate_sum":
+        ranks = batch.dp_size
+        if knobs.allreduce == "mean_over_ranks_with_rows":
+            ranks = sum(1 for rank in range(batch.dp_size)
+                        if any(int(batch.parent_indices[r]) >= 0 for rows in batch.microbatch_rows(rank) for r in rows))
         for i, p in enumerate(params):
-            p.grad = torch.stack([g[i] for g in rank_grads]).sum(0) / batch.dp_size
+            p.grad = torch.stack([g[i] for g in rank_grads]).sum(0) / ranks
     elif knobs.fill_missing_grads:
         for p in params:
             if p.grad is None:
