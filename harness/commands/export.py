@@ -10,7 +10,8 @@ Exits 0 after writing, 2 on a usage error (unknown scenario, a scenario the harn
 an output directory that holds something else). With ``--check DIR`` nothing is written: the
 directory's own scenario definitions are exported again to a temporary directory and compared
 file by file (`compactsim.harness.golden.freshness`); exit 0 when every byte agrees, 1 listing
-each difference, 2 when DIR is not valid goldens.
+each difference (a file in DIR its manifest does not list, hidden ones included, is one), 2 when DIR is
+not valid goldens.
 """
 
 from __future__ import annotations
@@ -148,6 +149,9 @@ def _check_command(directory: Path, *, scenarios: list[str] | None, seed: int | 
     console.print(table)
     console.print(f"{len(result.differences)} difference(s); to export them again: "
                   f"{escape(shlex.join(['compactsim', 'export', *result.export_again]))}")
+    if result.unlisted:
+        console.print(f"{len(result.unlisted)} extra file(s) not listed in manifest.json (hidden files included); "
+                      f"exporting again leaves them in place: remove them yourself")
     raise typer.Exit(code)
 
 

@@ -8,7 +8,10 @@ The audit is `compactsim run`'s, row order independent. Exit 0 when every golden
 matches, 1 on findings (each printed with scenario, step, rollout, row, token position, expected
 and actual), 2 on a malformed dump (the line and field are named; an empty dump is malformed) or
 unusable goldens. `--strict` makes every omitted optional field a finding; `--junit-xml` and
-`--markdown` write CI reports. Metrics the goldens mark as needing compactsim's own policy
+`--markdown` write CI reports. Without a terminal on stderr (CI logs) each golden scenario also gets
+one plain line there, as in `compactsim run`: ``[1/2] no-compaction PASS match`` or
+``[2/2] k2 FAIL 3 finding(s)``, in the goldens' scenario order (none with `--json`). Metrics the
+goldens mark as needing compactsim's own policy
 (`policy_metrics`: `token_mult_prob_error`, loss metrics, `grad_norm`) are checked only with
 `--require-policy-metrics`: a trainer with another model cannot compute them.
 """
@@ -21,7 +24,7 @@ from typing import Annotated, Any
 import typer
 from rich.markup import escape
 
-from compactsim.harness.commands.ci_outputs import write_ci_outputs
+from compactsim.harness.commands.ci_outputs import prepare_ci_outputs, write_ci_outputs
 from compactsim.harness.commands.common import ExitCode, console, err_console, print_json, report_error
 from compactsim.harness.core.errors import CompactsimError, ConfigError
 from compactsim.harness.core.json_input import limits_help
@@ -52,6 +55,12 @@ def format_finding(finding: Any, verdict: Any) -> str:
     where = f" (dump line {', '.join(map(str, lines))})" if lines else ""
     return (f"[{finding.check}] {' · '.join(parts)}: {finding.message} — expected {_short(finding.expected)}, "
             f"actual {_short(finding.actual)}{where}")
+
+
+def format_verify_line(index: int, total: int, verdict: Any) -> str:
+    """``[1/2] no-compaction PASS match`` / ``[2/2] k2 FAIL 3 finding(s)``: one plain line per checked scenario."""
+    outcome = "PASS match" if verdict.passed else f"FAIL {len(verdict.findings)} finding(s)"
+    return f"[{index}/{total}] {verdict.name} {outcome}"
 
 
 def format_not_checked(verdict: Any) -> str | None:
@@ -96,6 +105,7 @@ def verify_command(
     from compactsim.harness.report.junit import cases_from_verify
 
     try:
+        prepare_ci_outputs(junit_xml, markdown)  # first: no earlier verify's report survives this one, even its exit 2
         if dtype is not None and dtype not in DTYPES:
             raise ConfigError("invalid_argument", f"--dtype {dtype}: expected one of {', '.join(DTYPES)}")
         dump = read_rows_dump(rows_dump)  # the trainer's input first: its problems do not depend on the goldens
@@ -116,7 +126,11 @@ def verify_command(
     if json_output:
         print_json(report.to_json())
         raise typer.Exit(ExitCode.OK if report.passed else ExitCode.FINDINGS)
-    for verdict in report.scenarios:
+    plain = not err_console.is_terminal  # CI logs: one plain line per scenario, as `compactsim run` prints
+    for index, verdict in enumerate(report.scenarios, start=1):
+        if plain:
+            err_console.print(format_verify_line(index, len(report.scenarios), verdict), markup=False,
+                              highlight=False, soft_wrap=True)
         for finding in verdict.findings:
             console.print("[red]" + escape(format_finding(finding, verdict)) + "[/red]", soft_wrap=True)
         if verdict.findings:
@@ -141,4 +155,4 @@ def register(app: typer.Typer) -> None:
     app.command("verify", epilog=limits_help())(verify_command)
 
 
-__all__ = ["format_finding", "format_not_checked", "format_policy_metrics", "register"]
+__all__ = ["format_finding", "format_not_checked", "format_policy_metrics", "format_verify_line", "register"]
