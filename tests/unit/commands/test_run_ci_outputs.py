@@ -34,6 +34,7 @@ def test_run_writes_junit_markdown_and_step_summary_with_plain_progress(tmp_path
     assert summary.read_text() == markdown
 
 
+@pytest.mark.slow  # two scenarios on two worker processes
 def test_the_reports_total_is_the_runs_wall_time_as_printed_not_the_sum_of_its_scenarios(tmp_path: Path):
     """Two scenarios side by side overlap: summing them overstated the run (273.6 s against a printed 145.6 s)."""
     result = runner.invoke(app, ["run", "no-compaction", "text-only-rollout", "--parallel", "2", "--out",

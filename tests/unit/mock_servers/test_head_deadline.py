@@ -24,7 +24,7 @@ from compactsim.mock_servers.serving import serve_on_loopback
 from tests.unit.mock_servers.model_server.server_builders import SCRIPT, chat_body, meta
 from tests.unit.mock_servers.test_body_deadline import _exchange, _parse, _port, _read_answer
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(60)]  # real sockets, waiting out deadlines
 
 HEAD_408 = {"detail": "headers: the request line and headers did not arrive within the limit of 0.4 s",
             "field": "headers", "limit": "body_timeout_s"}
