@@ -14,7 +14,7 @@ scheduler), so no pipeline type is imported here.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -182,6 +182,13 @@ class MeasuredStep:
 
     before: TrainingSnapshot
     after: TrainingSnapshot
+    #: `applied_gradient` and `_adam_directions`, computed once: several checks of a step read each (pure in the snapshots)
+    _memo: dict[str, Any] = field(default_factory=dict, init=False, repr=False)
+
+    def _once(self, key: str, compute: Callable[[], Any]) -> Any:
+        if key not in self._memo:
+            self._memo[key] = compute()
+        return self._memo[key]
 
     @property
     def optimizer_steps(self) -> int:
@@ -227,6 +234,10 @@ class MeasuredStep:
         return self.before.lrs[0] if self.before.lrs else float("nan")
 
     def applied_gradient(self) -> dict[str, tuple[torch.Tensor, torch.Tensor]] | None:
+        """See `_read_applied_gradient` (read once per step; callers must not change the tensors)."""
+        return self._once("applied_gradient", self._read_applied_gradient)
+
+    def _read_applied_gradient(self) -> dict[str, tuple[torch.Tensor, torch.Tensor]] | None:
         """Parameter name → (gradient the optimizer applied, elementwise bound on its reading error), or None.
 
         Adam's first-moment update is ``m ← β1·m + (1 − β1)·g`` (torch computes it as
@@ -304,6 +315,10 @@ class MeasuredStep:
         return AppliedRate(lr=lr, bound=spread / norm2)
 
     def _adam_directions(self) -> dict[str, tuple[torch.Tensor, torch.Tensor]] | None:
+        """See `_read_adam_directions` (read once per step)."""
+        return self._once("adam_directions", self._read_adam_directions)
+
+    def _read_adam_directions(self) -> dict[str, tuple[torch.Tensor, torch.Tensor]] | None:
         """Per updated parameter, (u, Adam term) of the update its own state dictates: ``p_after = p_before − lr·u``,
         ``u = λ·p_before + Adam term``, ``Adam term = (m_after/bc1) / (sqrt(v_after)/sqrt(bc2) + ε)`` (see
         `applied_lr`). None unless the step took one update of a plain Adam/AdamW rule whose state was read."""
