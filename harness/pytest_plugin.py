@@ -85,8 +85,7 @@ class CompactsimAuditFailure(AssertionError):
 def format_audit_failure(run: Any) -> str:
     """Findings of a failed run (first `MAX_FINDINGS_SHOWN`) and its reproduction command, as plain text."""
     rec = run.record
-    lines = [f"compactsim scenario {rec.name!r} (seed {rec.seed}): expected {rec.expected}, observed {rec.observed}, "
-             f"{len(rec.findings)} finding(s)"]
+    lines = [f"compactsim scenario {rec.name!r} (seed {rec.seed}): {rec.outcome}"]
     for f in rec.findings[:MAX_FINDINGS_SHOWN]:
         lines.append("  " + str(f).splitlines()[0])
     if len(rec.findings) > MAX_FINDINGS_SHOWN:

@@ -95,8 +95,7 @@ def format_failures(records: list[Any], *, per_scenario: int = 3) -> list[str]:
     for r in records:
         if r.passed:
             continue
-        lines.append(f"[red bold]FAIL[/red bold] {escape(r.name)}: expected {escape(r.expected)}, observed "
-                     f"{escape(r.observed)}, {len(r.findings)} finding(s)")
+        lines.append(f"[red bold]FAIL[/red bold] {escape(r.name)}: {escape(r.outcome)}")
         for f in r.findings[:per_scenario]:
             lines.append("  " + escape(str(f).splitlines()[0]))
         if len(r.findings) > per_scenario:

@@ -182,8 +182,8 @@ def format_scenario(s: ScenarioRecord, *, plot: str | None) -> str:
     state = "" if s.passed else " open"
     return (
         f"<details class='scenario' id='{_anchor(s.name)}'{state}><summary><h2>{_e(s.name)} — "
-        f"<span class='{'pass' if s.passed else 'fail'}'>{s.verdict}</span></h2> <span class='meta'>expected "
-        f"{_e(s.expected)} · observed {_e(s.observed)} · {len(s.findings)} finding(s)</span></summary>"
+        f"<span class='{'pass' if s.passed else 'fail'}'>{s.verdict}</span></h2> <span class='meta'>"
+        f"{_e(s.outcome)}</span></summary>"
         f"<p>{_e(s.purpose)}</p>"
         f"<p class='meta'>tags: {_e(', '.join(s.tags) or '—')} · flavour {_e(s.flavour)}"
         f"{' · ' + _e(s.mode) + ' mode' if s.mode else ''} · expected {_e(s.expected)}"

@@ -43,8 +43,7 @@ def cases_from_records(records: Sequence[Any]) -> list[CaseResult]:
     """`compactsim run`'s scenario records (`compactsim.harness.report.records.ScenarioRecord`) as cases."""
     out: list[CaseResult] = []
     for r in records:
-        summary = "" if r.passed else (f"expected {r.expected}, observed {r.observed}, "
-                                       f"{len(r.findings)} finding(s)")
+        summary = "" if r.passed else r.outcome
         out.append(CaseResult(name=r.name, passed=bool(r.passed), seconds=float(r.seconds), summary=summary,
                               findings=tuple(str(f) for f in r.findings), reproduce=r.reproduce))
     return out

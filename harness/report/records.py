@@ -91,6 +91,19 @@ class ScenarioRecord:
     def verdict(self) -> str:
         return "pass" if self.passed else "FAIL"
 
+    @property
+    def outcome(self) -> str:
+        """One line for a failure's headline: expected, observed and the finding count.
+
+        A scenario whose own ``expect`` disagrees with the oracle fails even when the run produced
+        what the oracle expects; the line then leads with what the scenario declares, so that
+        "expected X, observed X" never reads like a pass.
+        """
+        declared = next((f.actual for f in self.findings if f.check == "scenario.declared_verdict"), None)
+        lead = f"the scenario declares {declared}, the oracle expects {self.expected}" if declared is not None \
+            else f"expected {self.expected}"
+        return f"{lead}, observed {self.observed}, {len(self.findings)} finding(s)"
+
     def to_json(self) -> dict[str, Any]:
         """The deterministic summary entry (stable keys, sorted by json.dumps)."""
         return {

@@ -30,6 +30,9 @@ def test_a_failing_file_scenario_prints_a_reproduce_line_that_reruns_it(tmp_path
     result = runner.invoke(app, ["run", "wrongexpect.yaml", "--seed", "3", "--out", "a"])
     assert result.exit_code == 1, result.output
     assert f"  reproduce: {REPRODUCE}" in result.stdout.splitlines()
+    # the run produced what the oracle expects; the headline leads with the scenario's own wrong expect
+    assert ("FAIL my-wrong-expect: the scenario declares error turn_order, the oracle expects success, observed success, "
+            "1 finding(s)") in result.stdout.splitlines()
     summary = json.loads((tmp_path / "a" / "summary.json").read_text(encoding="utf-8"))
     (record,) = summary["scenarios"]
     assert record["reproduce"] == REPRODUCE
