@@ -6,12 +6,16 @@ Protocol (what `compactsim run` does; the README's "Output folder" section says 
    (it has ``run-state.json``, or a ``summary.json`` whose format is ``compactsim-summary/…``) loses compactsim's
    own entries (`OWNED`); an empty or new folder is created; a non-empty folder that does not
    look like one is refused (exit 2) unless ``--force``, and then too only compactsim's own
-   entries are replaced. It then writes ``run-state.json`` = ``{"status": "running"}``. A
-   SIGTERM or SIGINT (or any exit before step 3) rewrites it to ``"interrupted"``; a SIGKILL leaves
-   ``"running"``. The folder is locked (flock) until the run ends: a second run into it exits 2. Either way there is no ``summary.json``: the old one went in this step.
-2. `write_outputs`: every file is written into a temporary sibling folder
-   (``.<name>.partial``) and renamed into place, ``summary.json`` last, so a ``summary.json``
-   in the folder always belongs to a set of files that was written completely.
+   entries are replaced. The folder is locked (flock) until the run ends: a second run into it
+   exits 2. ``run-state.json`` = ``{"status": "running"}`` is written *before* the old entries
+   are deleted, so a run stopped or failing while it clears them never leaves the old
+   ``"complete"`` beside a half-deleted folder. A SIGTERM or SIGINT (or any exit before step 3)
+   rewrites it to ``"interrupted"``; a SIGKILL leaves ``"running"``. Either way there is no
+   ``summary.json``: the old one went in this step.
+2. `write_outputs`: every file is written into a staging folder inside the output folder
+   (``.compactsim-staging``: the same filesystem, so the renames work on a mount point or a link
+   to another disk too) and renamed into place, ``summary.json`` last, so a ``summary.json`` in
+   the folder always belongs to a set of files that was written completely.
 3. `finish_output_dir`: ``run-state.json`` = ``{"status": "complete", "passed": ...}``.
 
 Nothing here reads a clock: the state file's bytes depend only on how the run ended.
@@ -33,8 +37,10 @@ from compactsim.harness.core.errors import ConfigError
 
 RUN_STATE = "run-state.json"
 RUN_STATE_FORMAT = "compactsim-run-state/1"
+#: Where `write_outputs` stages the files inside the output folder before renaming them into place.
+STAGING = ".compactsim-staging"
 #: Top-level entries a run writes; the only ones it ever deletes.
-OWNED: tuple[str, ...] = ("summary.json", "timings.json", "report.html", "scenarios", "wandb", RUN_STATE)
+OWNED: tuple[str, ...] = ("summary.json", "timings.json", "report.html", "scenarios", "wandb", STAGING, RUN_STATE)
 #: `summary.json`'s "format" prefix (marks an output folder written before run-state.json existed)
 _SUMMARY_FORMAT_PREFIX = "compactsim-summary/"
 
@@ -43,8 +49,12 @@ _active_lock = threading.Lock()
 
 
 def staging_dir(out: Path) -> Path:
-    """The temporary sibling `write_outputs` fills before renaming its entries into `out`."""
-    return out.parent / f".{out.name}.partial"
+    """The folder `write_outputs` fills before renaming its entries into `out`.
+
+    Inside `out`, not beside it: a rename cannot cross filesystems, and `--out` is often a mount
+    point (a CI volume) or a link to another disk, whose parent is elsewhere.
+    """
+    return out / STAGING
 
 
 def read_run_state(out: Path) -> dict[str, Any] | None:
@@ -148,21 +158,19 @@ def prepare_output_dir(out: Path, *, force: bool = False, handle_signals: bool =
                 f"--out {out}: the folder is not empty ({shown}) and is not a compactsim output folder; "
                 f"choose a new or empty folder, or pass --force (only {', '.join(OWNED)} are replaced)")
         _lock(out)
-        for name in OWNED:
-            _remove(out / name)
-        stage = staging_dir(out)
-        try:  # the files are staged beside the folder: a parent that takes no new entry fails now, not after the run
-            _remove(stage)
-            stage.mkdir()
-            stage.rmdir()
-        except OSError as exc:
-            raise ConfigError("invalid_argument", f"--out {out}: cannot stage the run's files beside the folder "
-                                                  f"({stage}): {_os_reason(exc)}") from None
-        write_run_state(out, "running")
+        write_run_state(out, "running")  # before anything is deleted: the old "complete" never outlives the old files
     except OSError as exc:
         raise ConfigError("invalid_argument", f"--out {out}: cannot prepare the folder: {_os_reason(exc)}") from None
     if handle_signals:
         _watch(out)
+    try:
+        for name in OWNED:
+            if name != RUN_STATE:
+                _remove(out / name)
+    except OSError as exc:
+        reason = f"the run could not clear the folder's earlier entries: {_os_reason(exc)}"
+        _mark_interrupted(out, reason)
+        raise ConfigError("invalid_argument", f"--out {out}: {reason}") from None
 
 
 def finish_output_dir(out: Path, *, passed: bool) -> None:

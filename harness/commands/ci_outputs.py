@@ -18,17 +18,45 @@ def _report_paths(junit_xml: Path | None, markdown: Path | None) -> list[tuple[s
     return [(option, path) for option, path in (("--junit-xml", junit_xml), ("--markdown", markdown)) if path is not None]
 
 
-def prepare_ci_outputs(junit_xml: Path | None, markdown: Path | None) -> None:
+def prepare_ci_outputs(junit_xml: Path | None, markdown: Path | None, *,
+                       inputs: Sequence[tuple[Path, str]] = ()) -> None:
     """Before any work: each report path can be written (`ConfigError` naming its option otherwise, exit 2), and a
-    report left there by an earlier run is removed, so an interrupted run never leaves another run's verdict
+    report left there by an earlier run is cleared, so an interrupted run never leaves another run's verdict
     where a CI reads this one's. $GITHUB_STEP_SUMMARY, when set, must be a file this process can append to.
+
+    Nothing but an earlier report is ever cleared: a path that is one of the command's `inputs` (path, what it
+    is: a rows dump, a scenario file) or lies inside an input folder (the goldens, ``--out``), or the other
+    report's path, is refused before anything is touched. An existing regular file is deleted; a symbolic link
+    keeps its link and has its target emptied; a device or pipe (``/dev/stdout``, ``/dev/null``) holds no old
+    verdict and is left alone, written at the end.
     """
     from compactsim.harness.report.markdown import STEP_SUMMARY_ENV, step_summary_path
 
-    for option, path in _report_paths(junit_xml, markdown):
+    reports = _report_paths(junit_xml, markdown)
+    targets: dict[Path, str] = {}
+    for option, path in reports:  # every check before the first deletion
+        target = path.resolve()
+        if target in targets:
+            raise ConfigError("invalid_argument", f"{option} {path}: the same file as {targets[target]}; give each "
+                                                  "report its own path")
+        targets[target] = f"{option} {path}"
+        for given, what in inputs:
+            source = given.resolve()
+            if target == source or source in target.parents:
+                inside = "" if target == source else " inside"
+                raise ConfigError("invalid_argument", f"{option} {path}: is{inside} {what} {given}, which this command "
+                                                      "reads; write the report elsewhere")
+        if target.is_dir():
+            raise ConfigError("invalid_argument", f"{option} {path}: is a directory")
+    for option, path in reports:
+        target = path.resolve()
         try:
-            if path.is_dir():
-                raise ConfigError("invalid_argument", f"{option} {path}: is a directory")
+            if target.exists() and not target.is_file():
+                continue  # a device or a pipe: no earlier verdict to clear, written at the end
+            if path.is_symlink():
+                if target.exists():
+                    target.open("w").close()  # an earlier report, emptied; the link stays
+                continue
             path.parent.mkdir(parents=True, exist_ok=True)
             path.unlink(missing_ok=True)  # an earlier run's report: gone until this run writes its own
             path.touch()  # writable here: a report that cannot be written fails now, not after the run

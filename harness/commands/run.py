@@ -104,6 +104,17 @@ def format_failures(records: list[Any], *, per_scenario: int = 3) -> list[str]:
     return lines
 
 
+def _run_inputs(selectors: list[str], gym_check: Path | None, out: Path) -> list[tuple[Path, str]]:
+    """What a report path must never be: a scenario file or the gym-check report this run reads, or an entry of
+    its output folder (cleared and rewritten by the run). Checked before any earlier report is cleared."""
+    from compactsim.harness.outputs import OWNED
+
+    inputs = [(Path(s), "the scenario file") for s in selectors if Path(s).is_file()]
+    if gym_check is not None:
+        inputs.append((gym_check, "the gym-check report"))
+    return inputs + [(out / name, "the output folder's own entry") for name in OWNED]
+
+
 def run_command(
     scenarios: Annotated[list[str] | None, typer.Argument(help="scenario names, tags or YAML files (default: all)")] = None,
     seed: Annotated[int | None, typer.Option(min=0, max=MAX_SEED, help="seed for every scenario (default: each "
@@ -148,7 +159,8 @@ def run_command(
     _use_cwd_imports()
     wandb_settings = None
     try:
-        prepare_ci_outputs(junit_xml, markdown)  # first: no earlier run's report survives this one, even its exit 2
+        # first: no earlier run's report survives this one, even its exit 2 (never an input or an output entry)
+        prepare_ci_outputs(junit_xml, markdown, inputs=_run_inputs(scenarios or [], gym_check, out))
         if executor not in (None, "local", "ray"):
             raise ConfigError("invalid_argument", f"--executor {executor}: expected local or ray")
         if ray_address is not None:

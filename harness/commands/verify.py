@@ -105,7 +105,9 @@ def verify_command(
     from compactsim.harness.report.junit import cases_from_verify
 
     try:
-        prepare_ci_outputs(junit_xml, markdown)  # first: no earlier verify's report survives this one, even its exit 2
+        # first: no earlier verify's report survives this one, even its exit 2 (never one of its inputs, though)
+        prepare_ci_outputs(junit_xml, markdown, inputs=[(golden_dir, "the golden directory"), (rows_dump, "the rows dump"),
+                                                        *([(metrics, "the metrics dump")] if metrics is not None else [])])
         if dtype is not None and dtype not in DTYPES:
             raise ConfigError("invalid_argument", f"--dtype {dtype}: expected one of {', '.join(DTYPES)}")
         dump = read_rows_dump(rows_dump)  # the trainer's input first: its problems do not depend on the goldens

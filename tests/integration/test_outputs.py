@@ -256,18 +256,51 @@ def test_a_second_run_into_a_folder_another_run_is_writing_exits_2_and_touches_n
     release_output_dir(out)
 
 
-def test_a_parent_that_cannot_take_the_staging_folder_exits_2_before_the_run(tmp_path, monkeypatch):
-    """The files are staged beside --out (`.out.partial`): a parent that takes no new entry used to end a whole run
-    with a PermissionError traceback and exit 1."""
-    from compactsim.harness import outputs
-    from compactsim.harness.core.errors import ConfigError
+def test_the_files_are_staged_inside_the_folder():
+    """Beside it, a rename into a mount point (a CI volume) crossed filesystems: EXDEV after the whole run."""
+    out = Path("some/out")
+    assert staging_dir(out).parent == out and staging_dir(out).name in OWNED
 
-    blocker = tmp_path / "not-a-folder"
-    blocker.write_text("x")
-    monkeypatch.setattr(outputs, "staging_dir", lambda out: blocker / ".out.partial")
-    with pytest.raises(ConfigError, match=r"--out .*/out: cannot stage the run's files beside the folder \(.*\): Not a directory"):
-        prepare_output_dir(tmp_path / "out", handle_signals=False)
-    outputs.release_output_dir(tmp_path / "out")
+
+def test_a_folder_on_another_filesystem_gets_the_whole_run(tmp_path, finished):
+    """`--out` as a link to a folder on another disk (here /dev/shm): the run's files are renamed into place."""
+    import tempfile
+
+    shm = Path("/dev/shm")
+    if not shm.is_dir() or not os.access(shm, os.W_OK) or shm.stat().st_dev == tmp_path.stat().st_dev:
+        pytest.skip("no second writable filesystem here")
+    with tempfile.TemporaryDirectory(dir=shm) as elsewhere:
+        out = tmp_path / "out"
+        out.symlink_to(elsewhere, target_is_directory=True)
+        runs, suite = finished
+        prepare_output_dir(out, handle_signals=False)
+        write_outputs(out, runs, suite)
+        finish_output_dir(out, passed=suite.passed)
+        assert {"summary.json", "report.html", "run-state.json", "scenarios/no-compaction/run.json"} <= set(_tree(out))
+        assert not staging_dir(out).exists() and read_run_state(out)["status"] == "complete"
+
+
+def test_the_folder_says_running_before_its_old_entries_are_deleted(tmp_path, finished, monkeypatch):
+    """A run stopped or failing while it clears an old folder used to leave the old "complete" (passed: true) beside
+    a half-deleted folder without its summary; now the state is written first and says interrupted."""
+    from compactsim.harness import outputs
+
+    out = tmp_path / "out"
+    _previous_run(out, finished)
+    seen: list[str] = []
+
+    def failing_remove(path: Path) -> None:
+        seen.append(read_run_state(out)["status"])
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(outputs, "_remove", failing_remove)
+    with pytest.raises(ConfigError, match=r"--out .*out: the run could not clear the folder's earlier entries: "
+                                          r"Operation not permitted"):
+        prepare_output_dir(out, handle_signals=False)
+    outputs.release_output_dir(out)
+    assert seen == ["running"]
+    assert read_run_state(out) == {"format": "compactsim-run-state/1", "status": "interrupted",
+                                   "reason": "the run could not clear the folder's earlier entries: Operation not permitted"}
 
 
 @pytest.mark.slow

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -10,6 +11,7 @@ from typer.testing import CliRunner
 
 from compactsim.harness.cli import app
 from compactsim.harness.commands.ci_outputs import prepare_ci_outputs
+from compactsim.harness.core.errors import ConfigError
 from compactsim.harness.report.markdown import STEP_SUMMARY_ENV
 
 runner = CliRunner()
@@ -69,3 +71,40 @@ def test_an_earlier_runs_reports_are_gone_once_a_run_starts(tmp_path: Path):
     markdown.write_text("### ✅ old run")
     prepare_ci_outputs(junit, markdown)
     assert not junit.exists() and not markdown.exists()
+
+
+def test_a_report_path_never_clears_anything_but_an_earlier_report(tmp_path: Path):
+    """`--junit-xml rows.jsonl` deleted the rows dump it was about to read, a device node was replaced by a plain file
+    and a symbolic link by a copy (CLI probe): only an earlier report is ever cleared."""
+    rows, goldens = tmp_path / "rows.jsonl", tmp_path / "goldens"
+    rows.write_text("{}\n")
+    goldens.mkdir()
+    (goldens / "manifest.json").write_text("{}")
+    inputs = [(goldens, "the golden directory"), (rows, "the rows dump")]
+    for junit, markdown, message in (
+            (rows, None, f"--junit-xml {rows}: is the rows dump {rows}, which this command reads"),
+            (None, goldens / "manifest.json", f"--markdown {goldens / 'manifest.json'}: is inside the golden directory"),
+            (tmp_path / "r.out", tmp_path / "r.out", f"--markdown {tmp_path / 'r.out'}: the same file as --junit-xml")):
+        with pytest.raises(ConfigError, match=re.escape(message)):
+            prepare_ci_outputs(junit, markdown, inputs=inputs)
+    assert rows.read_text() == "{}\n" and (goldens / "manifest.json").read_text() == "{}"
+    # a link keeps its link (its target, an earlier report, is emptied); a device is left alone
+    target = tmp_path / "kept" / "junit.xml"
+    target.parent.mkdir()
+    target.write_text("<old verdict/>")
+    link = tmp_path / "link.xml"
+    link.symlink_to(target)
+    prepare_ci_outputs(link, Path("/dev/null"))
+    assert link.is_symlink() and target.read_text() == "" and Path("/dev/null").is_char_device()
+
+
+def test_run_refuses_a_report_over_its_own_scenario_file_or_output_entries(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.chdir(tmp_path)
+    scenario = tmp_path / "mine.yaml"
+    scenario.write_text("scenarios: []\n")
+    for option, path, what in (("--junit-xml", "mine.yaml", "is the scenario file mine.yaml"),
+                               ("--markdown", "out/summary.json", "is the output folder's own entry out/summary.json")):
+        result = runner.invoke(app, ["run", "mine.yaml", "--out", "out", option, path], env={STEP_SUMMARY_ENV: ""})
+        assert result.exit_code == 2, result.output
+        assert f"{option} {path}: {what}" in result.stderr
+    assert scenario.read_text() == "scenarios: []\n" and not (tmp_path / "out").exists()
