@@ -417,7 +417,9 @@ def run_scenario(
         data.scenario = type(scenario).model_validate(json.loads(files["scenario.json"]))
     except (CompactsimError, ValueError) as exc:
         return _harness_failure(scenario, options, exc, clock, data)
-    files["run.json"] = (json.dumps({"scenario": name, "seed": scenario.seed, **options.to_json()}, indent=2,
+    source = scenario_source(scenario)  # a file's scenario: replay reproduces it by that file, as the run did
+    files["run.json"] = (json.dumps({"scenario": name, "seed": scenario.seed, **options.to_json(),
+                                     **({"source": source} if source is not None else {})}, indent=2,
                                     sort_keys=True) + "\n").encode("utf-8")
     try:
         observed, logs_by_step, batches = _execute(scenario, options, clock, data, on_event, collector)
@@ -817,7 +819,8 @@ def load_saved_run(directory: Path) -> tuple[Any, RunOptions, dict[str, Any] | N
     run_file, scenario_file = directory / "run.json", directory / "scenario.json"
     if not run_file.is_file() or not scenario_file.is_file():
         raise ConfigError("invalid_argument", f"{directory}: not a scenario run directory (needs run.json and scenario.json)")
-    options = _saved_options(load_json(run_file, what="run settings file"), str(run_file))
+    settings = load_json(run_file, what="run settings file")
+    options = _saved_options(settings, str(run_file))
     try:
         scenario = Scenario.model_validate(load_json(scenario_file, what="scenario file"))
     except ValidationError as exc:
@@ -829,7 +832,7 @@ def load_saved_run(directory: Path) -> tuple[Any, RunOptions, dict[str, Any] | N
     saved = load_json(audit_file, what="saved audit") if audit_file.is_file() else None
     if saved is not None and not (isinstance(saved, dict) and isinstance(saved.get("findings", []), list)):
         raise InputError(str(audit_file), None, "findings", "expected an object whose findings is a list")
-    return scenario, options, saved
+    return _with_source(scenario, settings.get("source")), options, saved
 
 
 def _saved_options(settings: Any, source: str) -> RunOptions:
@@ -840,7 +843,7 @@ def _saved_options(settings: Any, source: str) -> RunOptions:
 
     if not isinstance(settings, dict):
         raise InputError(source, None, None, f"expected a JSON object of run settings, got {type(settings).__name__}")
-    known = {"scenario", "precision", *RunOptions().to_json()}
+    known = {"scenario", "source", "precision", *RunOptions().to_json()}
     for key in settings:
         if key not in known:
             raise InputError(source, None, key, f"unknown run setting; expected {', '.join(sorted(known))}")
@@ -848,6 +851,9 @@ def _saved_options(settings: Any, source: str) -> RunOptions:
     device, max_steps = settings.get("device", "cpu"), settings.get("max_steps")
     if not isinstance(settings.get("scenario", ""), str):
         raise InputError(source, None, "scenario", f"{settings['scenario']!r}: expected a scenario name")
+    if not isinstance(settings.get("source", ""), str) or settings.get("source") == "":
+        raise InputError(source, None, "source", f"{settings['source']!r}: expected the scenario file's path as the run "
+                                                 "named it")
     try:
         if seed is not None:
             check_seed(seed)

@@ -61,6 +61,7 @@ RUN_CASES: dict[str, tuple[Any, tuple[str, ...]]] = {
     "runjson_max_steps": ({"max_steps": 0}, ("run.json: field max_steps:", "expected null or an integer >= 1")),
     "runjson_unknown": ({"sede": 3}, ("run.json: field sede: unknown run setting",)),
     "runjson_precision": ({"precision": "bfloat16"}, ("run.json: field precision:", "expected null or one of float32, float64")),
+    "runjson_source": ({"source": 7}, ("run.json: field source:", "expected the scenario file's path")),
 }
 
 

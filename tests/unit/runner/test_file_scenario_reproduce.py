@@ -58,3 +58,19 @@ def test_catalogue_scenarios_are_reproduced_by_name():
     assert scenario_source(scenario) is None
     assert scenario_reproduce(prepare_scenario(scenario, RunOptions(seed=3)), RunOptions(seed=3)) == (
         "compactsim run no-compaction --seed 3")
+
+
+def test_replaying_a_file_scenarios_failure_finds_the_same_findings_and_names_the_file(tmp_path: Path,
+                                                                                     monkeypatch: pytest.MonkeyPatch):
+    """`replay` re-ran the saved scenario without its file: every finding's reproduce named the scenario alone (a
+    command that exits 2), so the same finding read as "findings differ from saved" (CLI probe)."""
+    (tmp_path / "wrongexpect.yaml").write_text(WRONG_EXPECT, encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    assert runner.invoke(app, ["run", "wrongexpect.yaml", "--seed", "3", "--out", "a"]).exit_code == 1
+    saved = json.loads((tmp_path / "a" / "scenarios" / "my-wrong-expect" / "run.json").read_text(encoding="utf-8"))
+    assert saved["source"] == "wrongexpect.yaml"
+    result = runner.invoke(app, ["replay", "a", "--json"])
+    assert result.exit_code == 1, result.output
+    (replayed,) = json.loads(result.stdout)
+    assert replayed["same_findings"] is True
+    assert [f["reproduce"] for f in replayed["findings"]] == [REPRODUCE]
