@@ -47,6 +47,9 @@ MAX_STEPS = 100
 MAX_DP_SIZE = 128
 MAX_MICRO_BATCH_SIZE = 32
 MAX_SEQ_DIVISIBLE_BY = 1024
+#: A model call's max_tokens is an int32 in vLLM's and OpenAI's schemas (the mock server's too): beyond it every call
+#: would be refused, a scenario error that must not surface as a finding.
+MAX_OUTPUT_TOKENS = 2**31 - 1
 #: A scenario reward: finite and within ±2**53, the range the pipeline accepts a reward in
 #: (`harness.core.contract.Reward`); a larger one would surface as a planner error, not a load error.
 Reward = Annotated[float, Field(allow_inf_nan=False, ge=-FLOAT_EXACT_INT, le=FLOAT_EXACT_INT)]
@@ -186,7 +189,7 @@ class RolloutOverride(_Strict):
     flavour: Flavour | None = None
     send_required_prefix: bool | None = None
     max_steps: StrictInt | None = Field(None, ge=1)
-    max_output_tokens: StrictInt | None = Field(None, ge=1)
+    max_output_tokens: StrictInt | None = Field(None, ge=1, le=MAX_OUTPUT_TOKENS)
 
     @field_validator("compaction")
     @classmethod
@@ -344,7 +347,7 @@ class Scenario(_Strict):
     endpoint: Literal["responses", "chat"] = "chat"
     send_required_prefix: bool | None = None
     max_steps: StrictInt | None = Field(None, ge=1)
-    max_output_tokens: StrictInt | None = Field(None, ge=1)
+    max_output_tokens: StrictInt | None = Field(None, ge=1, le=MAX_OUTPUT_TOKENS)
     rollouts: tuple[RolloutOverride, ...] = ()
     mode: Mode = "scripted"
     drift: Drift = "none"
@@ -393,6 +396,30 @@ class Scenario(_Strict):
             raise ValueError(f"tags {list(v)} repeat a tag")
         return v
 
+    @field_validator("trainer")
+    @classmethod
+    def _trainer_fields(cls, v: dict[str, Any]) -> dict[str, Any]:
+        """Each trainer key and value checked where the file writes it: an unknown key, a wrong type or a value out of
+        its range is reported at that key (the merged check in `_cross_checks` named only the scenario).
+
+        Only errors that belong to one field are raised here; rules across fields need the scenario's defaults
+        merged first and stay in `_cross_checks`. pydantic nests a `ValidationError` raised in a field validator
+        under that field, so the location reaches the file's line and column.
+        """
+        from pydantic_core import InitErrorDetails
+        from pydantic_core import ValidationError as CoreValidationError
+
+        from compactsim.harness.pipeline.train_config import TrainerConfig
+
+        try:
+            TrainerConfig.model_validate(v)
+        except ValidationError as exc:
+            local = [InitErrorDetails(type=e["type"], loc=e["loc"], input=e["input"], ctx=e.get("ctx", {}))
+                     for e in exc.errors() if e["type"] not in ("value_error", "assertion_error")]
+            if local:
+                raise CoreValidationError.from_exception_data("trainer", local) from None
+        return v
+
     @field_validator("metrics")
     @classmethod
     def _metrics(cls, v: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -416,6 +443,11 @@ class Scenario(_Strict):
         bad_fresh = sorted(g for g in self.fresh_groups if g >= self.groups)
         if bad_fresh:
             problems.append(f"fresh_groups {bad_fresh} names groups outside groups={self.groups}")
+        if self.rewards.by_index is not None:
+            outside = sorted(i for i in self.rewards.by_index if not 0 <= i < self.group_size)
+            if outside:
+                problems.append(f"rewards.by_index names rollout indices {outside} outside the group "
+                                f"(group_size={self.group_size}); its rewards would never be given")
         bad_mask = [i for i in self.mask_sample if not 0 <= i < self.group_size]
         if bad_mask:
             problems.append(f"mask_sample {bad_mask} names rollout indices outside the group (group_size={self.group_size})")

@@ -31,6 +31,18 @@ CASES: dict[str, tuple[str, int, int, str, str]] = {
                    "Input should be greater than or equal to 1"),
     "missing.yaml": ("scenarios:\n  - name: my-scenario\n    tags: [smoke]\n", 2, 5, "$.scenarios[0].purpose",
                      "Field required"),
+    # a trainer key is named at the key (it used to be the scenario's mapping, 2:5), a bad value at the value
+    "trainer-key.yaml": (VALID + "    trainer: {policy: {nonsense: 1}}\n", 5, 24, "$.scenarios[0].trainer.policy.nonsense",
+                         "Extra inputs are not permitted"),
+    "trainer-type.yaml": (VALID + "    trainer:\n      policy:\n        dp_size: two\n", 7, 18,
+                          "$.scenarios[0].trainer.policy.dp_size",
+                          "Input should be a valid integer, unable to parse string as an integer"),
+    # beyond an int32 every model call is refused: the scenario's error, never a finding (CLI probe)
+    "max-tokens.yaml": (VALID + "    max_output_tokens: 2147483648\n", 5, 24, "$.scenarios[0].max_output_tokens",
+                        "Input should be less than or equal to 2147483647"),
+    "rewards-outside.yaml": (VALID + "    group_size: 2\n    rewards: {by_index: {7: 5.0}}\n", 2, 5, "$.scenarios[0]",
+                             "Value error, rewards.by_index names rollout indices [7] outside the group (group_size=2); "
+                             "its rewards would never be given"),
     "no-scenarios.yaml": ("# nothing\n{}\n", 2, 1, "$.scenarios",
                           "Field required: a scenario file is a mapping with one key 'scenarios' holding a list"),
 }
