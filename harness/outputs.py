@@ -141,6 +141,53 @@ def ensure_output_dir(out: Path, *, option: str = "--out") -> Path:
     return out
 
 
+def claim_output_dir(out: Path, *, owns: Callable[[Path], bool], command: str, force: bool = False) -> None:
+    """Give `command` (``train``, ``rollout``) a folder holding nothing of an earlier run: its own entries
+    (``owns(path)``) are deleted; any other entry refuses the folder (exit 2) unless `force`, which keeps it.
+
+    Those commands write one file per step or rollout into `out`: a rerun with fewer steps or rollouts left the
+    older run's files beside the new ones, indistinguishable but for their times, and a user's own file of
+    the same name was overwritten without a word.
+    """
+    ensure_output_dir(out)
+    try:
+        entries = sorted(out.iterdir())
+        foreign = [p.name for p in entries if not owns(p)]
+        if foreign and not force:
+            shown = ", ".join(foreign[:5]) + (", …" if len(foreign) > 5 else "")
+            raise ConfigError("invalid_argument", f"--out {out}: the folder holds files `compactsim {command}` does not "
+                                                  f"write ({shown}); choose a new or empty folder, or pass --force "
+                                                  f"(only its own files are replaced)")
+        for path in entries:
+            if owns(path):
+                _remove(path)
+    except OSError as exc:
+        raise ConfigError("invalid_argument", f"--out {out}: cannot prepare the folder: {_os_reason(exc)}") from None
+
+
+def _json_of(path: Path) -> Any:
+    """A small JSON file's content, or None (unreadable, not JSON, or a folder)."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+    except (OSError, ValueError):
+        return None
+
+
+def train_owns(path: Path) -> bool:
+    """An entry `compactsim train` writes (its ``config.json`` recognised by its keys, not by its name alone)."""
+    if path.name == "config.json":
+        config = _json_of(path)
+        return isinstance(config, dict) and {"run", "trainer", "backend"} <= set(config)
+    return path.name in ("metrics.jsonl", "timings.jsonl", "train_summary.json", "artifacts", "rollouts", "wandb")
+
+
+def rollout_owns(path: Path) -> bool:
+    """An entry `compactsim rollout` writes: per-rollout result and ground-truth files, and its list-shaped summary."""
+    if path.name == "summary.json":
+        return isinstance(_json_of(path), list)
+    return path.is_file() and path.name.endswith((".result.json", ".ground_truth.json"))
+
+
 def prepare_output_dir(out: Path, *, force: bool = False, handle_signals: bool = True) -> None:
     """Clear compactsim's entries from `out` (or refuse a foreign non-empty folder) and mark the run running.
 
@@ -332,6 +379,7 @@ def write_outputs(out: Path, runs: Sequence[Any], suite: Any, *, total_seconds: 
 
 __all__ = [
     "OWNED",
+    "claim_output_dir",
     "RUN_STATE",
     "RUN_STATE_FORMAT",
     "ensure_output_dir",
@@ -341,8 +389,10 @@ __all__ = [
     "raise_if_terminated",
     "read_run_state",
     "release_output_dir",
+    "rollout_owns",
     "staging_dir",
     "terminated",
+    "train_owns",
     "write_outputs",
     "write_run_state",
 ]

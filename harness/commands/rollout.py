@@ -40,7 +40,7 @@ from compactsim.harness.commands.common import (
     rich_escape,
 )
 from compactsim.harness.core.errors import CompactsimError, ConfigError
-from compactsim.harness.outputs import ensure_output_dir
+from compactsim.harness.outputs import claim_output_dir, rollout_owns
 
 FLAVOUR_CHOICES = ("gym-0.7.0-transport", "gym-0.7.0-full", "gym-pr2870", "osworld", "none")
 PATTERNS = ("screens", "shapes", "repeated", "reordered")
@@ -260,6 +260,8 @@ def rollout_command(
                                                "(actors on 127.0.0.1)")] = "local",
     workers: Annotated[int, typer.Option(help="worker threads, processes or Ray actors; results do not depend on it")] = 2,
     json_output: Annotated[bool, typer.Option("--json", help="print the summary as JSON")] = False,
+    force: Annotated[bool, typer.Option("--force", help="write into a --out holding other files (only rollout's own "
+                                                        "files are replaced)")] = False,
 ) -> None:
     """Run scripted rollouts (or one step of a catalogue scenario) in-process; write evidence + ground truth."""
     from compactsim.agents import InProcessServers, collect, make_executor, server_script
@@ -271,7 +273,7 @@ def rollout_command(
                          "its rollouts")
         seed_given = bool(_explicit(ctx, {"seed": "--seed"}))
         _scenario_command(scenario, step=step, seed=seed if seed_given else None, out=out, executor=executor,
-                          workers=workers, json_output=json_output)
+                          workers=workers, json_output=json_output, force=force)
     if _explicit(ctx, {"step": "--step"}):
         _usage_error("option --step needs --scenario (the --policy form has one step)")
     try:
@@ -281,7 +283,8 @@ def rollout_command(
         _check_executor(executor)
         if workers < 1:
             raise ConfigError("invalid_argument", f"--workers={workers}: expected >= 1")
-        ensure_output_dir(out)  # a bad --out fails now, not after every rollout ran
+        # a bad --out fails now, not after every rollout ran; an earlier run's rollout files go, a user's are refused
+        claim_output_dir(out, owns=rollout_owns, command="rollout", force=force)
         servers = InProcessServers(
             model_settings={"seed": seed, "script": server_script(specs)},
             reward_settings={"rule": {"kind": "pattern", "pattern": pattern}},
@@ -327,14 +330,14 @@ def _usage_error(message: str) -> NoReturn:
 
 
 def _scenario_command(name: str, *, step: int, seed: int | None, out: Path, executor: str, workers: int,
-                      json_output: bool) -> NoReturn:
+                      json_output: bool, force: bool) -> NoReturn:
     """`--scenario NAME [--step K]`: collect the step, write its files, exit."""
     try:
         _check_executor(executor)
         if workers < 1:
             raise ConfigError("invalid_argument", f"--workers={workers}: expected >= 1")
         scenario = scenario_step(name, step=step, seed=seed)
-        ensure_output_dir(out)
+        claim_output_dir(out, owns=rollout_owns, command="rollout", force=force)
         collected = collect_scenario_step(scenario, step, executor=executor, workers=workers)
         rows = write_outputs(collected, out)
     except CompactsimError as exc:

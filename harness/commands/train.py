@@ -28,7 +28,7 @@ from compactsim.harness.commands.common import (
 )
 from compactsim.harness.core import metrics as M
 from compactsim.harness.core.errors import CompactsimError
-from compactsim.harness.outputs import ensure_output_dir
+from compactsim.harness.outputs import claim_output_dir, train_owns
 
 
 def format_step(record: Any) -> str:
@@ -82,6 +82,8 @@ def train_command(
     save_rollouts: Annotated[bool, typer.Option(help="write every step's Gym results and ground-truth logs")] = True,
     wandb: Annotated[bool, typer.Option("--wandb", help="also log to Weights & Biases, offline, under OUT/wandb")] = False,
     json_output: Annotated[bool, typer.Option("--json", help="print the summary as JSON")] = False,
+    force: Annotated[bool, typer.Option("--force", help="write into a --out holding other files (only train's own "
+                                                        "files are replaced)")] = False,
 ) -> None:
     """Train a scenario for N optimizer steps with the mock policy server in the loop."""
     from compactsim.harness.pipeline.backend import load_backend
@@ -102,7 +104,8 @@ def train_command(
         )
         chosen = load_backend(backend) if backend else None
         resolve_device(run.device)  # --device cuda without a GPU: exit 2 before --out is created
-        ensure_output_dir(out)  # a bad --out fails now, not at the first artifact
+        # a bad --out fails now, not at the first artifact; an earlier run's step files go, a user's are refused
+        claim_output_dir(out, owns=train_owns, command="train", force=force)
         show = None if json_output else (lambda record: console.print(format_step(record), markup=False))
         summary = run_training(run, out, backend=chosen, on_step=show)
     except CompactsimError as exc:

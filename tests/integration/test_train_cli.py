@@ -67,3 +67,21 @@ def test_weights_the_generation_server_refuses_end_the_run_with_a_typed_error(tm
     assert "error: training_failed: step 0: POST /weights answered 422: " in result.output
     assert "parameter 'patch_pos' holds 1 non-finite value(s), the first at [0, 0]: nan" in result.output
     assert "Traceback" not in result.output
+
+
+def test_a_rerun_with_fewer_steps_leaves_none_of_the_older_runs_step_files(tmp_path):
+    """step-0001 of a two-step run stayed beside a one-step rerun's step-0000 (CLI probe)."""
+    for steps in ("2", "1"):
+        result = runner.invoke(app, ["train", "no-compaction", "--steps", steps, "--out", str(tmp_path)])
+        assert result.exit_code == 0, result.output
+    assert sorted(p.name for p in (tmp_path / "artifacts").iterdir()) == ["step-0000.json", "step-0000.npz"]
+    assert sorted(p.name for p in (tmp_path / "rollouts").iterdir()) == ["step-0000.jsonl"]
+    assert [json.loads(line)["step"] for line in (tmp_path / "metrics.jsonl").read_text().splitlines()] == [0]
+
+
+def test_a_users_config_json_is_refused_not_overwritten(tmp_path):
+    (tmp_path / "config.json").write_text('{"my": "precious"}')
+    result = runner.invoke(app, ["train", "no-compaction", "--steps", "1", "--out", str(tmp_path)])
+    assert result.exit_code == 2
+    assert "the folder holds files `compactsim train` does not write (config.json)" in result.stderr
+    assert (tmp_path / "config.json").read_text() == '{"my": "precious"}'

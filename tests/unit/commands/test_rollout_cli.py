@@ -10,6 +10,7 @@ from typer.testing import CliRunner
 from compactsim.harness.cli import app
 
 pytestmark = pytest.mark.filterwarnings("ignore:Using `httpx` with `starlette.testclient`")
+runner = CliRunner()
 
 
 def test_rollout_command_writes_evidence_ground_truth_and_summary(tmp_path):
@@ -159,3 +160,28 @@ def test_rollout_unknown_scenario_exits_2_with_suggestions(tmp_path):
                              "'policy-image-compaction-k2', 'image-compaction-k2-chunked', 'image-compaction-k2-rolling', "
                              "'pr-validation-image-compaction-k2' or 'no-compaction'?\n")
     assert not (tmp_path / "o").exists()
+
+
+def test_a_rerun_with_fewer_rollouts_leaves_none_of_the_older_runs_files(tmp_path):
+    """rollout-0-2 and rollout-0-3 of a four-rollout run stayed beside a two-rollout rerun (CLI probe)."""
+    out = tmp_path / "o"
+    for n in ("4", "2"):
+        result = runner.invoke(app, ["rollout", "--out", str(out), "--turns", "2", "--rollouts", n])
+        assert result.exit_code == 0, result.output
+    assert sorted(p.name for p in out.iterdir()) == [
+        "rollout-0-0.ground_truth.json", "rollout-0-0.result.json", "rollout-0-1.ground_truth.json",
+        "rollout-0-1.result.json", "summary.json"]
+
+
+def test_a_folder_holding_other_files_is_refused_unless_forced_and_then_kept(tmp_path):
+    out = tmp_path / "o"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    (out / "summary.json").write_text('{"mine": true}')  # not a rollout summary (an object, not a list of rows)
+    result = runner.invoke(app, ["rollout", "--out", str(out), "--turns", "2"])
+    assert result.exit_code == 2
+    assert f"--out {out}: the folder holds files `compactsim rollout` does not write (notes.txt, summary.json)" in result.stderr
+    assert sorted(p.name for p in out.iterdir()) == ["notes.txt", "summary.json"]
+    result = runner.invoke(app, ["rollout", "--out", str(out), "--turns", "2", "--force"])
+    assert result.exit_code == 0, result.output
+    assert (out / "notes.txt").read_text() == "mine" and isinstance(json.loads((out / "summary.json").read_text()), list)
