@@ -268,6 +268,8 @@ def read_golden(directory: Path, scenarios: Sequence[str] | None = None) -> Gold
         raise ConfigError("invalid_argument", f"golden directory {directory!r}: expected a path")
     if scenarios is not None and (isinstance(scenarios, str) or not all(isinstance(n, str) for n in scenarios)):
         raise ConfigError("invalid_argument", f"scenarios={scenarios!r}: expected a list of scenario names")
+    if scenarios:
+        scenarios = list(dict.fromkeys(scenarios))  # `--scenario X --scenario X` checks X once, as `run X X` runs it once
     directory = Path(directory)
     manifest = read_manifest(directory)
     files = GoldenFiles(directory, manifest)

@@ -391,6 +391,9 @@ def verify_scenario(
         tol = Tolerances.for_dtype(golden.trainer.precision)
     report = audit_run(expectation, ObservedRun(steps=tuple(steps), error=error), tolerances=tol, reproduce=reproduce)
     report = _drop_unchecked(report, omitted, reproduce=reproduce, strict=strict)
+    if metrics is not None:
+        report = _metrics_beyond_the_steps(report, metrics, name, sorted(s.step for s in golden.expectation.steps),
+                                           reproduce=reproduce)
     if not rows and refused is None:
         report = _say_no_lines(report)
     missing = Counter(o.field for o in omitted)
@@ -413,6 +416,18 @@ def verify_scenario(
         reproduce=reproduce,
         policy_metrics_not_checked=policy_skipped,
     )
+
+
+def _metrics_beyond_the_steps(report: AuditReport, metrics: MetricsDump, name: str, steps: Sequence[int], *,
+                              reproduce: str) -> AuditReport:
+    """A `steps.count` finding per metrics line for a step the goldens do not have: a trainer reporting a step
+    that never happened is wrong like a row at that step, not a line to ignore."""
+    extra = [Finding(scenario=report.scenario, step=step, check="steps.count", row=None, position=None,
+                     expected=len(steps), actual=step, reproduce=reproduce,
+                     message=f"the metrics dump has a line for step {step} ({metrics.source} line {line}); the goldens "
+                             f"have {len(steps)} step(s){': ' + ', '.join(map(str, steps)) if steps else ''}")
+             for (scenario, step), line in sorted(metrics.lines.items()) if scenario == name and step not in steps]
+    return replace(report, findings=sort_findings([*report.findings, *extra])) if extra else report
 
 
 def _say_no_lines(report: AuditReport) -> AuditReport:

@@ -144,3 +144,25 @@ def test_schema_lists_names_and_refuses_unknown_ones():
     assert all(name in listed.output for name in ("rows-dump", "metrics-dump", "manifest", "expected-rows"))
     unknown = invoke("schema", "rows")
     assert unknown.exit_code == 2 and "unknown schema 'rows'" in unknown.output
+
+
+def test_a_metrics_line_for_a_step_the_goldens_lack_is_a_finding(exported, tmp_path: Path):
+    """It was ignored: 'match', exit 0, while a row at such a step is a steps.count finding (CLI probe)."""
+    golden, ref = exported
+    lines = (ref / "metrics.jsonl").read_text().splitlines()
+    extra = {**json.loads(lines[0]), "step": 7, "metrics": {"lr": 123.0}}
+    metrics = tmp_path / "m.jsonl"
+    metrics.write_text("\n".join(lines) + "\n" + json.dumps(extra) + "\n")
+    result = invoke("verify", str(golden), str(ref / "rows.jsonl"), "--metrics", str(metrics), "--json")
+    assert result.exit_code == 1, result.output
+    [scenario] = [s for s in json.loads(result.output)["scenarios"] if s["findings"]]
+    assert [(f["check"], f["step"], f["message"]) for f in scenario["findings"]] == [
+        ("steps.count", 7, f"the metrics dump has a line for step 7 ({metrics} line 2); the goldens have 1 step(s): 0")]
+
+
+def test_a_scenario_named_twice_is_checked_once(exported):
+    golden, ref = exported
+    result = invoke("verify", str(golden), str(ref / "rows.jsonl"), "--scenario", "policy-no-compaction",
+                    "--scenario", "policy-no-compaction")
+    assert result.exit_code == 0, result.output
+    assert "1/1 scenarios match the goldens · 0 finding(s) · 2 rows," in result.output
