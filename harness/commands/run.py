@@ -174,12 +174,14 @@ def run_command(
         executor = executor or "local"
         if parallel is None:
             parallel = default_workers() if executor == "local" else 2
-        if wandb or wandb_project or wandb_entity or wandb_group or wandb_tag:
+        # each W&B option implies --wandb, even empty: an unset CI variable is refused, never a run that logs nothing
+        if wandb or any(v is not None for v in (wandb_project, wandb_entity, wandb_group, wandb_tag)):
             from compactsim.harness.report.wandb_log import DEFAULT_PROJECT, WandbSettings
 
             wandb = True
-            wandb_settings = WandbSettings(project=wandb_project or DEFAULT_PROJECT, entity=wandb_entity,
-                                           group=wandb_group, tags=tuple(wandb_tag or ()), directory=str(out / "wandb"))
+            wandb_settings = WandbSettings(project=DEFAULT_PROJECT if wandb_project is None else wandb_project,
+                                           entity=wandb_entity, group=wandb_group, tags=tuple(wandb_tag or ()),
+                                           directory=str(out / "wandb"))
         if server not in ("inprocess", "http"):
             raise ConfigError("invalid_argument", f"--server {server}: expected inprocess or http")
         if precision is not None and precision not in PRECISIONS:

@@ -48,6 +48,10 @@ class WandbSettings:
             raise ConfigError("invalid_argument", f"--wandb-project {self.project[:140]!r}: W&B project names have at "
                                                   f"most {MAX_PROJECT_CHARS} characters and none of "
                                                   f"{' '.join(PROJECT_FORBIDDEN)}" + (f" (found {' '.join(bad)})" if bad else ""))
+        for option, value in (("--wandb-entity", self.entity), ("--wandb-group", self.group)):
+            if value is not None and not value.strip():  # `--wandb-group "$UNSET"`: say so, never log elsewhere
+                raise ConfigError("invalid_argument", f"{option} {value!r}: must not be empty (leave the option out "
+                                                      "for W&B's default)")
         for tag in self.tags:
             if not tag.strip() or len(tag) > MAX_TAG_CHARS:
                 raise ConfigError("invalid_argument", f"--wandb-tag {tag!r}: a tag must have 1 to {MAX_TAG_CHARS} "

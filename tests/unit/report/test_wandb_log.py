@@ -99,3 +99,16 @@ def test_runner_logs_one_offline_run_per_scenario_with_the_settings(monkeypatch,
     assert (run.summary["verdict"], run.summary["findings"], run.summary["findings/row.tokens"]) == ("FAIL", 1, 1)
     assert run.exit_code == 1
     assert (tmp_path / "wandb").is_dir()
+
+
+@pytest.mark.parametrize("option", ["--wandb-project", "--wandb-entity", "--wandb-group"])
+def test_an_empty_wandb_option_exits_2_instead_of_turning_wandb_off(option: str, tmp_path):
+    """`--wandb-group "$UNSET_VAR"` used to run without W&B and without a word (CLI probe); each option implies --wandb."""
+    from typer.testing import CliRunner
+
+    from compactsim.harness.cli import app
+
+    result = CliRunner().invoke(app, ["run", "no-compaction", "--out", str(tmp_path / "out"), option, ""])
+    assert result.exit_code == 2, result.output
+    assert f"{option} '': " in result.stderr and "must not be empty" in result.stderr
+    assert not (tmp_path / "out").exists()
