@@ -14,7 +14,7 @@ import json
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator, model_validator
 
 from compactsim.harness.core.chat_template import DRIFT_MODES, AssistantAction, ToolCall, encode_action
 from compactsim.harness.core.contract import FLOAT32_MAX
@@ -119,7 +119,7 @@ class FaultSpec(_Strict):
 
     kind: FaultKind
     rollout_id: str | None = None
-    turn: int | None = Field(default=None, ge=1)
+    turn: StrictInt | None = Field(default=None, ge=1)
     #: fire only on these 1-based attempts of a call (a transient fault that a retry recovers from
     #: whatever the seed: `attempts=(1,)`); None = every attempt
     attempts: tuple[Annotated[int, Field(ge=1)], ...] | None = Field(default=None, min_length=1)
@@ -146,17 +146,17 @@ MAX_TOP_K = 16
 class PolicySettings(_Strict):
     """How policy mode builds its model: seeded init (default: the server seed), dtype and device."""
 
-    seed: int | None = Field(default=None, ge=0, lt=2**63)
+    seed: StrictInt | None = Field(default=None, ge=0, lt=2**63)
     dtype: Literal["float32", "float64"] = "float64"
     #: "cpu", "cuda" or "cuda:N" (whether that GPU exists is checked when a server starts: `compactsim serve`)
     device: str = "cpu"
     #: sampled reasoning/text byte lengths when no script step applies
-    default_reasoning_bytes: int = Field(default=8, ge=0, le=4096)
-    default_text_bytes: int = Field(default=16, ge=1, le=4096)
+    default_reasoning_bytes: StrictInt = Field(default=8, ge=0, le=4096)
+    default_text_bytes: StrictInt = Field(default=16, ge=1, le=4096)
     #: prompt + sampled tokens one generation may forward: the tiny policy's plain attention holds
     #: [heads, S, S] scores (8 * 4 * S**2 bytes in float64: 0.5 GiB at 4096, 8 GiB at 16384), so a
     #: longer request is refused with 422 instead of exhausting the server's memory
-    max_sequence_tokens: int = Field(default=4096, ge=16, le=65536)
+    max_sequence_tokens: StrictInt = Field(default=4096, ge=16, le=65536)
 
     @field_validator("device")
     @classmethod
@@ -170,31 +170,31 @@ class Limits(_Strict):
     """Caps that turn into 413 (sizes), 422 (counts) or 408 (time); a refusal names the cap
     (`compactsim.mock_servers.model_server.limits`)."""
 
-    max_body_bytes: int = Field(default=16 * 1024 * 1024, ge=1024)
-    max_image_bytes: int = Field(default=4 * 1024 * 1024, ge=64)
-    max_image_pixels: int = Field(default=4096 * 4096, ge=1)
-    max_images: int = Field(default=64, ge=0)
-    max_prompt_tokens: int = Field(default=32768, ge=16)
-    max_new_tokens: int = Field(default=4096, ge=1)
-    max_weights_bytes: int = Field(default=256 * 1024 * 1024, ge=1024)
+    max_body_bytes: StrictInt = Field(default=16 * 1024 * 1024, ge=1024)
+    max_image_bytes: StrictInt = Field(default=4 * 1024 * 1024, ge=64)
+    max_image_pixels: StrictInt = Field(default=4096 * 4096, ge=1)
+    max_images: StrictInt = Field(default=64, ge=0)
+    max_prompt_tokens: StrictInt = Field(default=32768, ge=16)
+    max_new_tokens: StrictInt = Field(default=4096, ge=1)
+    max_weights_bytes: StrictInt = Field(default=256 * 1024 * 1024, ge=1024)
     #: seconds from a request's headers to the end of its body (a 256 MiB `/weights` body takes well
     #: under 1 s on loopback); a client that sends less than it declared gets 408 and a closed
     #: connection instead of holding it forever. The only limit read off a clock.
     body_timeout_s: float = Field(default=10.0, gt=0.0, le=3600.0)
-    max_log_entries: int = Field(default=100_000, ge=0)
+    max_log_entries: StrictInt = Field(default=100_000, ge=0)
     #: JSON nesting levels of a request body (Gym's deepest bodies, tool schemas included, stay under 20)
-    max_json_depth: int = Field(default=64, ge=4, le=1000)
+    max_json_depth: StrictInt = Field(default=64, ge=4, le=1000)
     #: digits of any integer literal in a request (2**64 has 20; longer ones crash int() and digests)
-    max_int_digits: int = Field(default=20, ge=1, le=4000)
+    max_int_digits: StrictInt = Field(default=20, ge=1, le=4000)
     #: characters of a string value in `metadata` (OpenAI's cap)
-    max_metadata_value_chars: int = Field(default=512, ge=1)
+    max_metadata_value_chars: StrictInt = Field(default=512, ge=1)
 
 
 class ServerSettings(_Strict):
     """Everything the mock model server's answers depend on besides the request and policy version."""
 
     mode: Mode = "scripted"
-    seed: int = Field(default=0, ge=0, lt=2**63)
+    seed: StrictInt = Field(default=0, ge=0, lt=2**63)
     model_name: str = "compactsim-tiny-moe"
     #: chat-template drift used to render prompts (reproduces legacy retokenization failures)
     drift: str = "none"
@@ -203,9 +203,9 @@ class ServerSettings(_Strict):
     policy: PolicySettings = PolicySettings()
     limits: Limits = Limits()
     #: MoE shape reported in scripted mode (policy mode uses the policy's config)
-    num_layers: int = Field(default=2, ge=1, le=MAX_LAYERS)
-    num_experts: int = Field(default=4, ge=1, le=MAX_EXPERTS)
-    top_k: int = Field(default=2, ge=1, le=MAX_TOP_K)
+    num_layers: StrictInt = Field(default=2, ge=1, le=MAX_LAYERS)
+    num_experts: StrictInt = Field(default=4, ge=1, le=MAX_EXPERTS)
+    top_k: StrictInt = Field(default=2, ge=1, le=MAX_TOP_K)
     return_routed_experts: bool = True
     #: append every request-log entry as one JSON line here (None: in memory only)
     request_log_path: str | None = None

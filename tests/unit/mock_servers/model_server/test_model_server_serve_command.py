@@ -149,6 +149,10 @@ def test_port_0_prints_the_port_it_bound(no_serving):
                                                             "'/proc/nope/x.jsonl': cannot append to it: "
                                                             "No such file or directory"),
         ('{"request_log_path": "."}', [], "cannot append to it: Is a directory"),
+        # strict integers, as in scenario files: `seed: true` served seed 1 and "5" seed 5 (CLI probe)
+        ('{"seed": true}', [], "- seed: Input should be a valid integer"),
+        ('{"seed": "5"}', [], "- seed: Input should be a valid integer"),
+        ('{"limits": {"max_new_tokens": 8.0}}', [], "- limits.max_new_tokens: Input should be a valid integer"),
     ],
 )
 def test_bad_settings_exit_2_naming_the_field(tmp_path, no_serving, content: str, extra: list[str], message: str):
