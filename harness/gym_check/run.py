@@ -14,7 +14,7 @@ from typing import Any
 from compactsim import examples_dir
 from compactsim.harness.core.contract import TOKEN_FIELDS, GymResponse, TokenFields
 from compactsim.harness.core.errors import CompactsimError
-from compactsim.harness.core.json_input import parse_json, parse_json_lines, read_text
+from compactsim.harness.core.json_input import InputError, parse_json, parse_json_lines, read_text
 from compactsim.harness.gym_check import baseline as baselines
 from compactsim.harness.gym_check.digest_check import PRIMITIVE_PROBES, DigestCheck, payload_checks, primitive_checks
 from compactsim.harness.gym_check.errors import GymSetupError
@@ -103,19 +103,31 @@ def load_payloads(paths: Sequence[Path]) -> list[NamedPayload]:
     """Results from files (`.json` one or a list, `.jsonl` one per line) or directories of them.
 
     This is the interface for the scenario runner: point `--payloads` at the directory where the
-    agents wrote the catalogue's evidence.
+    agents wrote the catalogue's evidence. Every value must be a result object (a list entry or a
+    line that is not one is an `InputError` naming it), and every path must hold at least one: a
+    check that validated nothing must not read "compatible".
     """
     out: list[NamedPayload] = []
     for path in paths:
         files = sorted(p for p in path.rglob("*") if p.suffix in (".json", ".jsonl")) if path.is_dir() else [path]
+        found = 0
         for file in files:
             text = read_text(file, what="payload file")  # limits, regular files only: a typed error names the file
             if file.suffix == ".jsonl":
-                values = [(f"{file.name}:{i}", v) for i, v in parse_json_lines(text, str(file))]
+                values = [(f"{file.name}:{i}", i, None, v) for i, v in parse_json_lines(text, str(file))]
             else:
                 value = parse_json(text, str(file))
-                values = [(f"{file.name}[{i}]", v) for i, v in enumerate(value)] if isinstance(value, list) else [(file.name, value)]
-            out.extend(NamedPayload(name, v) for name, v in values if isinstance(v, dict))
+                values = ([(f"{file.name}[{i}]", None, f"$[{i}]", v) for i, v in enumerate(value)]
+                          if isinstance(value, list) else [(file.name, None, "$", value)])
+            for name, line, field, v in values:
+                if not isinstance(v, dict):
+                    raise InputError(str(file), line, field or "$", f"expected a Gym result (a JSON object), "
+                                                                    f"found {type(v).__name__}")
+                out.append(NamedPayload(name, v))
+                found += 1
+        if not found:
+            what = "no .json or .jsonl file" if not files else "no Gym result"
+            raise InputError(str(path), None, None, f"{what} to check: gym-check --payloads needs at least one result")
     return out
 
 

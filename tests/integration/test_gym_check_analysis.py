@@ -193,3 +193,20 @@ def test_checker_imports_only_the_stdlib_and_pydantic() -> None:
         for alias in node.names
     }
     assert imported - set(sys.stdlib_module_names) - {"__future__"} == {"pydantic", "nemo_gym"}  # nemo_gym: the revision
+
+
+@pytest.mark.parametrize(("content", "message"), [
+    ("[]", "e.json: no Gym result to check: gym-check --payloads needs at least one result"),
+    ("[1]", "e.json: field $[0]: expected a Gym result (a JSON object), found int"),
+    ('"x"', "e.json: field $: expected a Gym result (a JSON object), found str"),
+])
+def test_load_payloads_refuses_a_file_that_holds_no_result(tmp_path: Path, content: str, message: str) -> None:
+    """`--payloads` of `[]` reported "compatible (exit 0)" after validating nothing (CLI probe)."""
+    (tmp_path / "e.json").write_text(content, encoding="utf-8")
+    with pytest.raises(ConfigError) as info:
+        load_payloads([tmp_path / "e.json"])
+    assert str(info.value).endswith(message)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(ConfigError, match="no .json or .jsonl file to check"):
+        load_payloads([empty])
