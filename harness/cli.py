@@ -51,6 +51,38 @@ class _App(typer.Typer):
         except SystemExit as exc:
             _exit_at_once_when_signalled(exc.code)
             raise
+        except OSError as exc:
+            _exit_when_stdout_failed(exc)
+            raise
+
+
+def _exit_when_stdout_failed(exc: OSError) -> None:
+    """Standard output that cannot be written (``> /dev/full``, a full disk): one line on stderr and exit 2 (a setup
+    failure), not a traceback and not exit 1, which means findings. Any other OSError propagates unchanged, as does
+    a reader that left (EPIPE: `| head`), which the streams' own handling already keeps quiet.
+
+    The failing write is recognised by the stream it wrote to: the innermost frame names `sys.stdout` or holds it,
+    or an object writing to it (a rich console's ``file``).
+    """
+    import errno
+    import linecache
+    import os
+
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    if tb is None or exc.errno == errno.EPIPE:
+        return
+    out, frame = sys.stdout, tb.tb_frame
+    source = linecache.getline(frame.f_code.co_filename, tb.tb_lineno)
+    if "sys.stdout" not in source and not any(v is out or getattr(v, "file", None) is out for v in frame.f_locals.values()):
+        return
+    try:
+        sys.stderr.write(f"compactsim: cannot write to standard output: {exc.strerror or type(exc).__name__}\n")
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
+    os._exit(2)
 
 
 def _exit_at_once_when_signalled(code: Any) -> None:

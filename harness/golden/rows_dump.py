@@ -131,8 +131,8 @@ def _path_text(path: Sequence[Any]) -> str:
     return out
 
 
-def _field_of(error: ValidationError) -> tuple[str, str]:
-    """(field, problem) of a schema violation, worded for a person."""
+def _field_of(error: ValidationError, dump: str = "rows dump") -> tuple[str, str]:
+    """(field, problem) of a schema violation in a `dump` ("rows dump", "metrics dump"), worded for a person."""
     where = _path_text(list(error.absolute_path))
     instance = error.instance
     if error.validator == "required" and isinstance(instance, dict):
@@ -143,7 +143,7 @@ def _field_of(error: ValidationError) -> tuple[str, str]:
         known = set(error.schema.get("properties", {}))
         extra = sorted(k for k in instance if k not in known)
         name = extra[0] if extra else "?"
-        return (f"{where}.{name}" if where else name), "is not a field of the rows dump (misspelt?)"
+        return (f"{where}.{name}" if where else name), f"is not a field of the {dump} (misspelt?)"
     if error.validator == "oneOf" and isinstance(instance, dict) and not where:
         both = "token_mask" in instance and "mask_spans" in instance
         return "token_mask", ("give token_mask or mask_spans, not both" if both
@@ -160,7 +160,7 @@ def _schema_check(name: str, obj: Any, source: str, lineno: int) -> None:
         return
     error = best_match(v.iter_errors(obj))
     assert error is not None
-    field, problem = _field_of(error)
+    field, problem = _field_of(error, name.replace("-", " "))
     raise RowsDumpError(source, lineno, field, problem)
 
 

@@ -234,6 +234,9 @@ def test_metrics_dump_refuses_a_repeated_step_and_bad_values():
     with pytest.raises(RowsDumpError) as info:
         parse_metrics_dump(text({"scenario": "s", "step": 0, "metrics": {"loss": "big"}}), source="m.jsonl")
     assert (info.value.line, info.value.field) == (1, "metrics.loss")
+    with pytest.raises(RowsDumpError) as info:  # named as the metrics dump, not the rows dump (CLI probe)
+        parse_metrics_dump(text({"scenario": "s", "step": 0, "metrics": {}, "zzz": 1}), source="m.jsonl")
+    assert (info.value.field, info.value.problem) == ("zzz", "is not a field of the metrics dump (misspelt?)")
 
 
 def test_metrics_line_keeps_numbers_and_spells_non_finite_values():
