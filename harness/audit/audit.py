@@ -89,6 +89,7 @@ def audit_step(
             findings += T.check_gradient(report, training, observed.measured, tol)
             findings += T.check_update(report, training, observed.measured, tol)
     findings += C.check_exact_metrics(report, expected, observed, tol)
+    findings += C.check_reported_reward(report, expected.rollouts, observed.metrics, tol)
     return findings, len(pairs), tokens
 
 

@@ -16,6 +16,7 @@ import numpy as np
 
 from compactsim.harness.audit.findings import Finding
 from compactsim.harness.audit.observed import BACKEND_ERROR, ObservedError, ObservedRow, ObservedStep
+from compactsim.harness.core import metrics as M
 from compactsim.harness.core.errors import ConfigError
 from compactsim.harness.core.expectations import ExpectedError, ExpectedRollout, ExpectedRow, ExpectedStep, MetricExpectation
 from compactsim.scenarios.metric_expectations import describe, passes
@@ -547,7 +548,33 @@ def check_cumulative_counts(report: Reporter, steps: Sequence[ObservedStep], key
 # --------------------------------------------------------------------------------- metrics
 
 
+#: The longest row's padding to `make_sequence_length_divisible_by` adds at most this many positions (the scenario
+#: schema's cap on the divisor): a bound on S_pad from the rows alone, for `float32_logging_bound`.
+_MAX_PAD_POSITIONS = 1024
+
+
+def float32_logging_bound(key: str, expected: ExpectedStep) -> float:
+    """How far NeMo-RL's own logging of `key` may be from the oracle's float64 value: 0 except for `advantages/*`,
+    which its driver computes from ``advantages.float()`` (nemo-rl-semantics §3.7), so a faithful trainer logs them
+    with float32 rounding whatever its precision.
+
+    Each float32 term is within 2^-24 of its value and a float32 sum of n terms within about log2(n)·2^-24 of
+    Σ|terms|; 2^-16 covers both with room and stays far below what a wrong quantity moves (a masked instead of an
+    unmasked sum, a value before instead of after clipping). Σ|terms| is bounded from the rows alone: S_pad ≤ the
+    longest row + `_MAX_PAD_POSITIONS` positions per row for the sum, max|A| for the mean and the extrema.
+    """
+    if key not in (M.ADVANTAGES_SUM, M.ADVANTAGES_MEAN, M.ADVANTAGES_MIN, M.ADVANTAGES_MAX) or not expected.rows:
+        return 0.0
+    largest = max(abs(float(r.advantage)) for r in expected.rows)
+    if key != M.ADVANTAGES_SUM:
+        return 2.0**-16 * largest
+    width = max(len(r.input_ids) for r in expected.rows) + _MAX_PAD_POSITIONS
+    return 2.0**-16 * width * math.fsum(abs(float(r.advantage)) for r in expected.rows)
+
+
 def check_exact_metrics(report: Reporter, expected: ExpectedStep, observed: ObservedStep, tol: Tolerances) -> list[Finding]:
+    """Every batch metric the oracle computes, within the metric tolerance (`advantages/*` also within the float32
+    rounding of NeMo-RL's own logging, `float32_logging_bound`)."""
     out: list[Finding] = []
     for key in sorted(expected.exact_metrics):
         want = float(expected.exact_metrics[key])
@@ -555,9 +582,34 @@ def check_exact_metrics(report: Reporter, expected: ExpectedStep, observed: Obse
             out.append(report("metric.missing", f"step did not report {key}", expected=want, actual=None))
             continue
         got = float(observed.metrics[key])
-        if not close(got, want, tol.metric_atol, tol.metric_rtol):
+        if not close(got, want, tol.metric_atol, tol.metric_rtol) and not abs(got - want) <= float32_logging_bound(key, expected):
             out.append(report("metric.exact", f"{key} = {got!r}; the oracle computes {want!r}", expected=want, actual=got))
     return out
+
+
+#: NeMo-RL's driver metric of the step's rewards (`np.mean`, nemo-rl-semantics §3.7): the mean over the batch's
+#: samples, which under physical-trace training are the logical rollouts (the PR counts by logical rollout).
+REWARD_METRIC = "reward"
+
+
+def check_reported_reward(report: Reporter, rollouts: Sequence[ExpectedRollout], metrics: Mapping[str, Any],
+                          tol: Tolerances) -> list[Finding]:
+    """`reward`, when the backend reports it, is the mean of the step's logical rollouts' rewards (masked ones
+    included: `mask_sample` drops a rollout from the loss, not from the batch's rewards).
+
+    A mean over physical rows weighs a compacted rollout by its row count (and padding rows by a reward of 0):
+    the dashboard then drifts the first time a step splits a rollout, though training is right.
+    """
+    got = metrics.get(REWARD_METRIC)
+    rewards = [float(r.reward) for r in rollouts if r.reward is not None]
+    if got is None or isinstance(got, bool) or not isinstance(got, (int, float)) or not rewards:
+        return []
+    want = math.fsum(rewards) / len(rewards)
+    if close(float(got), want, tol.metric_atol, tol.metric_rtol):
+        return []
+    return [report("train.metric", f"{REWARD_METRIC} = {float(got)!r}; the mean reward of the step's {len(rewards)} "
+                                   f"logical rollouts is {want!r} (a mean over physical rows weighs a split rollout "
+                                   "by its rows)", expected=want, actual=float(got))]
 
 
 def check_metric_expectations(
@@ -607,6 +659,8 @@ def _metric_finding(report: Reporter, e: MetricExpectation, actual: float | None
 
 
 __all__ = [
+    "REWARD_METRIC",
+    "float32_logging_bound",
     "Reporter",
     "Tolerances",
     "check_counts",
@@ -615,6 +669,7 @@ __all__ = [
     "check_exact_metrics",
     "check_metric_expectations",
     "check_padding",
+    "check_reported_reward",
     "check_rollout_advantages",
     "check_row_advantages",
     "check_row_images",

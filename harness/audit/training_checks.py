@@ -46,6 +46,15 @@ def check_counts_measured(report: Reporter, measured: MeasuredStep, metrics: Map
     elif measured.optimizer_steps_uneven:
         out.append(report("counts.optimizer", "some parameters' optimizer step counters did not advance: the update "
                           "skipped parameters", expected="every parameter updated once", actual="uneven counters"))
+    elif skipped and "in no param group" in (measured.after.moments_problem or "") \
+            and len(measured.skipped_parameters) == len(measured.after.weights):
+        # no policy parameter is in the optimizer (it steps copies: fp32 master weights, an offloaded shard): the
+        # counters of the policy's own parameters never move, which says nothing about whether they were updated
+        out.append(report("counts.optimizer", "the optimizer's param groups hold none of the policy's parameters (an "
+                          "optimizer over master copies?): the audit reads each update from the optimizer's state of "
+                          "the policy's own parameter objects, so this step cannot be audited; hand the backend's "
+                          "state an optimizer over `state.policy.parameters()`", expected="an optimizer over the "
+                          "policy's parameters", actual=measured.after.moments_problem, row=skipped[0]))
     elif skipped:
         out.append(report("counts.optimizer", f"the update skipped {len(skipped)} parameter tensor(s) that this step's "
                           f"rows reach (first: {skipped[0]!r}; their optimizer step counters did not advance): only a "
@@ -149,6 +158,8 @@ AUDITED_METRICS: dict[str, str] = {
     M.SCHEDULER_STEP_COUNT: "counts.scheduler",
     # the version the step trained: checked by the runner against state.version before the step
     M.TRAINED_POLICY_VERSION: "backend.error",
+    # NeMo-RL's driver metric, when a backend reports it (`checks.check_reported_reward`)
+    "reward": "train.metric",
     **{key: "metric.exact" for key in M.BATCH_METRIC_KEYS},
 }
 
@@ -158,10 +169,16 @@ UNAUDITED_METRICS: dict[str, str] = {
     "positive_nll_loss": "NeMo-RL's positive-example NLL term (weight positive_example_nll_weight, 0 by default): "
     "the reference does not state its normalisation and no scenario sets the weight; a nonzero weight shows in "
     "train.loss and train.update",
+    "filtered_reward": "NeMo-RL's reward after its dynamic-sampling filter, which physical-trace training does not run; "
+    "the reference states no value for it here",
+    "mean_prompt_length": "NeMo-RL's mean first-turn prompt length (input_message_log[0]); under compaction the "
+    "reference does not say whether it is per logical rollout or per physical row",
 }
 #: Key prefixes never audited: wall-clock seconds, and `compactsim train`'s async bookkeeping (not a suite run).
 UNAUDITED_PREFIXES: dict[str, str] = {
     M.TIMING_PREFIX: "wall-clock seconds, not a function of the inputs",
+    "baseline_reward/": "NeMo-RL's share of prompts whose rewards are all 0, all 1 or mixed: its thresholds on "
+    "non-binary rewards are not stated in the reference",
     "async/": "the async replay buffer's bookkeeping in `compactsim train` (ages, evictions); the suite's async "
     "scenarios are audited through their rows' policy versions and the importance-weighted loss",
 }
@@ -358,13 +375,14 @@ def _settled_entries(truth: StepTruth, measured: MeasuredStep) -> dict[str, tupl
     Where the oracle's gradient is exactly zero (an embedding row of a token no row holds, an expert
     no token reached: zero in every precision) and the gradient the optimizer applied reads as zero
     too (within its reading error), the step is decay and momentum alone, determined by the moments
-    the optimizer holds (`MeasuredStep.own_moment_update` at the oracle's rate): a trainer in a
+    the optimizer holds (`MeasuredStep.own_moment_update` at the oracle's rate and decay): a trainer in a
     lower precision may carry other moments than the oracle from earlier steps, but must move each
     such entry as its own moments say. `_undetermined_step`'s allowance would otherwise hide a row
     left unupdated (lazy, row-sparse Adam) or undecayed (decay applied only where the gradient is).
     """
     grads, applied = truth.clipped_gradient, measured.applied_gradient()
-    own = measured.own_moment_update(truth.lr) if grads is not None and applied is not None else None
+    readable = grads is not None and applied is not None and truth.weight_decays
+    own = measured.own_moment_update(truth.lr, truth.weight_decays) if readable else None
     if own is None:
         return {}
     out: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
@@ -393,7 +411,7 @@ def _adam_settings_finding(report: Reporter, truth: StepTruth, measured: Measure
                                expected=list(truth.adam_betas), actual=[b1, b2], row=name)]
         if snap.update_rule_problem is not None:
             return [report("train.update", f"{snap.update_rule_problem} {when} the step; the oracle's is torch's AdamW "
-                           "(amsgrad and maximize off)", expected="AdamW", actual=snap.update_rule_problem, row=None)]
+                           "(amsgrad off)", expected="AdamW", actual=snap.update_rule_problem, row=None)]
         for name in sorted(snap.update_rule or {}):
             eps = snap.update_rule[name][0]  # type: ignore[index]
             if eps != truth.adam_eps:

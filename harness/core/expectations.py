@@ -9,6 +9,7 @@ plus (optionally) the full expected route tensor of each row for exact compariso
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -135,6 +136,9 @@ class ExpectedTrainingStep:
     #: parameter group of the trainer's optimizer must hold.
     adam_betas: tuple[float, float] = (0.9, 0.999)
     adam_eps: float = 1e-8
+    #: Parameter name → the decoupled weight decay λ the oracle applied (the configured value everywhere, or
+    #: Megatron's no-decay convention when the trainer's groups show it); empty when not computed.
+    weight_decays: Mapping[str, float] = field(default_factory=dict, repr=False)
 
 
 @dataclass(frozen=True, slots=True, eq=False)

@@ -48,9 +48,9 @@ class TrainingSnapshot:
     moment_settings: Mapping[str, tuple[float, float, float]] = field(default_factory=dict, repr=False)
     #: Parameter name → (Adam's ε, decoupled weight decay λ: AdamW's, or 0 for Adam's L2 decay, which is
     #: inside the gradient) of its parameter group; None unless every group is a plain Adam/AdamW update
-    #: (no amsgrad, no maximize), the only rule whose learning rate `MeasuredStep.applied_lr` can read back.
+    #: (no amsgrad), the only rule whose learning rate `MeasuredStep.applied_lr` can read back.
     update_rule: Mapping[str, tuple[float, float]] | None = field(default=None, repr=False)
-    #: Why `update_rule` is None although the moments were read (amsgrad or maximize set, ...); None otherwise.
+    #: Why `update_rule` is None although the moments were read (amsgrad set, ...); None otherwise.
     update_rule_problem: str | None = None
     #: Parameter name → the optimizer's own ``step`` for it (0 before its first update). torch keeps one
     #: per parameter and skips a parameter whose ``.grad`` is None; empty when not read.
@@ -129,7 +129,10 @@ def _update_rule(named: list[tuple[str, torch.Tensor]], optimizer: Any) -> tuple
     for k, group in enumerate(optimizer.param_groups):
         eps, decay = group.get("eps"), group.get("weight_decay", 0.0)
         decoupled = group.get("decoupled_weight_decay", isinstance(optimizer, torch.optim.AdamW))
-        flags = [flag for flag in ("amsgrad", "maximize") if group.get(flag)]
+        # `maximize` only negates the gradient on its way into the moments (a trainer that minimises -loss with it is
+        # AdamW on loss); the moments then show a wrong sign as a wrong gradient (`train.gradient`). amsgrad changes
+        # the update itself.
+        flags = [flag for flag in ("amsgrad",) if group.get(flag)]
         if flags or not isinstance(eps, float | int) or not isinstance(decay, float | int):
             why = f"sets {' and '.join(flags)}" if flags else f"has eps={eps!r}, weight_decay={decay!r}"
             return None, f"param group {k} of {type(optimizer).__name__} {why}: not AdamW's plain update"
@@ -340,17 +343,20 @@ class MeasuredStep:
             out[name] = (decay * before + adam, adam)
         return out
 
-    def own_moment_update(self, lr: float) -> dict[str, torch.Tensor] | None:
-        """Per updated parameter, the weights one AdamW step at rate `lr` gives from the weights before it and the
-        moments the optimizer itself holds after it (``p_before − lr·u``, `_adam_directions`); None when unreadable.
+    def own_moment_update(self, lr: float, decays: Mapping[str, float]) -> dict[str, torch.Tensor] | None:
+        """Per updated parameter, the weights one AdamW step at rate `lr` and decoupled decay ``decays[name]`` gives
+        from the weights before it and the moments the optimizer itself holds after it
+        (``p_before − lr·(λ·p_before + Adam term)``, `_adam_directions`); None when unreadable.
 
         Where the gradient was zero, the moments are all the step has to go on: a trainer whose moments
         drifted from the oracle's by rounding in earlier steps must still move each such entry as its own
-        moments say, decayed and with its momentum."""
+        moments say, with its momentum. The decay is the caller's (the oracle's), not the param group's: a
+        trainer may apply it outside the optimizer (``p.mul_(1 − lr·λ)`` before a ``weight_decay=0`` step)."""
         directions = self._adam_directions()
         if directions is None:
             return None
-        return {name: self.before.weights[name] - lr * u for name, (u, _) in directions.items()}
+        return {name: self.before.weights[name] - lr * (decays.get(name, 0.0) * self.before.weights[name] + adam)
+                for name, (_, adam) in directions.items()}
 
     def moments_agree(self) -> bool | None:
         """Whether AdamW's two moments moved by one update with the same gradient, or None when unreadable

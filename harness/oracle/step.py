@@ -155,6 +155,7 @@ def expected_step(
         unreached=unreached,
         adam_betas=tuple(settings.optimizer.betas),
         adam_eps=settings.optimizer.eps,
+        weight_decays=dict(decays),
     )
     return truth, new_state
 

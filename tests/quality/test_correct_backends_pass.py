@@ -38,6 +38,22 @@ CORRECT = (  # wrapped_policy (DDP-style names) has its own test in test_broken_
     "correct_plain_torch_loop",
     "correct_megatron_no_decay_group",
     "correct_independent_step",  # a whole train_step written from the README and the semantics, not from our code
+    # a second independent step (tests/quality/correct_own_step.py, from the semantics and the README) and its options:
+    # each of these once drew a false positive, or rewrites the step in a way no other correct backend does
+    "correct_own_step",
+    "correct_combo_numerics",
+    "correct_combo_optimizer",
+    "correct_combo_float32",
+    "correct_whole_batch_one_pass",
+    "correct_row_microbatches",
+    "correct_round_robin_ranks",
+    "correct_padded_full_width",
+    "correct_maximize_negated_loss",  # AdamW(maximize=True) on -loss: the update rule was refused for the flag
+    "correct_manual_decoupled_decay",  # p *= 1 - lr·λ by hand: settled entries were judged with the group's λ = 0
+    "correct_nemo_float_advantage_metrics",  # advantages/* logged from advantages.float(), as NeMo-RL's driver does
+    "correct_tensor_lr",
+    "correct_masked_advantage_rows",
+    "correct_nemo_matrix_advantages",
 )
 
 

@@ -16,9 +16,11 @@ from tests.unit.audit.audit_builders import (
     DIGEST,
     ROW_A0,
     ROW_A1,
+    S,
     artifact,
     edit,
     expectation,
+    expected_step,
     run_of,
     with_arrays,
     with_metrics,
@@ -421,3 +423,26 @@ def test_run_expectation_on_an_unreported_metric_is_missing():
     assert (f.check, f.step, f.actual) == ("metric.missing", None, None)
     exp = _with_run_expectations(1, MetricExpectation("loss/pg", "max", value=1.0, aggregate="all"))
     assert only(audit_run(exp, run_of(artifact())).findings).check == "metric.missing"
+
+
+def test_a_reported_reward_is_the_mean_over_logical_rollouts_not_rows():
+    """Rollout r-a (reward 1) has two rows, r-b (reward 0) one: 0.5 passes, the mean over rows (2/3) is named."""
+    assert audit(with_metrics(artifact(), {"reward": 0.5})).findings == ()
+    f = only(audit(with_metrics(artifact(), {"reward": 2 / 3})).findings)
+    assert (f.check, f.step, f.expected, f.actual) == ("train.metric", 0, 0.5, 2 / 3)
+    assert f.message.startswith("reward = 0.6666666666666666; the mean reward of the step's 2 logical rollouts is 0.5")
+
+
+def test_advantage_metrics_accept_the_float32_rounding_of_nemo_rls_own_logging():
+    """NeMo-RL logs advantages/* from advantages.float() (§3.7): a float32-rounded value passes, a wrong one does not."""
+    from compactsim.harness.audit.checks import check_exact_metrics, float32_logging_bound
+    from compactsim.harness.audit.observed import ObservedStep
+
+    step = replace(expected_step(), exact_metrics={M.ADVANTAGES_MEAN: ADV, M.ADVANTAGES_SUM: 3 * S * ADV})
+    assert float32_logging_bound(M.NUM_PHYSICAL_ROWS, step) == 0.0
+    assert float32_logging_bound(M.ADVANTAGES_MEAN, step) == 2.0**-16 * ADV
+    as_float32 = float(np.float32(ADV))
+    reporter = lambda check, message, **kw: (check, kw.get("actual"))  # noqa: E731
+    for got, found in ((as_float32, []), (ADV * (1 + 1e-3), [("metric.exact", ADV * (1 + 1e-3))])):
+        observed = ObservedStep(step=0, rows=(), logical=(), metrics={M.ADVANTAGES_MEAN: got, M.ADVANTAGES_SUM: 3 * S * ADV})
+        assert check_exact_metrics(reporter, step, observed, Tolerances()) == found

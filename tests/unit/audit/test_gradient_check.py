@@ -53,7 +53,8 @@ def _truth(expected: dict[str, torch.Tensor]) -> ExpectedTrainingStep:
         global_valid_seqs=1.0, token_mult_prob_error=1.0, probs_ratio=1.0, probs_ratio_clamped=1.0,
         probs_ratio_min=1.0, probs_ratio_max=1.0, probs_ratio_clamped_min=1.0, probs_ratio_clamped_max=1.0,
         gen_kl_error=0.0, policy_kl_error=0.0, js_divergence_error=0.0, sampling_importance_ratio=1.0,
-        approx_entropy=0.0, is_oob_ratio=None, num_valid_samples=1.0, params_after=zeros, clipped_gradient=expected)
+        approx_entropy=0.0, is_oob_ratio=None, num_valid_samples=1.0, params_after=zeros, clipped_gradient=expected,
+        weight_decays={k: 0.1 for k in expected})  # `_state`'s AdamW decays every parameter
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16])
@@ -225,3 +226,31 @@ def test_an_entry_no_gradient_reached_must_move_as_the_optimizers_own_moments_sa
     assert f.check == "train.update" and f.row == "w" and "1 of 2 parameter tensors" in f.message
     moved = float((want["w"][1] - lazy.before.weights["w"][1]).abs().max())
     assert 0 < moved < 2 * truth.lr  # inside the allowance an entry under its gradient tolerance gets
+
+
+def test_decay_applied_outside_the_optimizer_settles_like_the_optimizers_own():
+    """`p.mul_(1 - lr·λ)` before a `weight_decay=0` step is AdamW's decoupled decay: where no gradient reached, the
+    step is judged with the oracle's λ, not the param group's 0 (false positive of the fifth false-positive hunt)."""
+    import copy
+
+    right, grads, want = _two_steps(lazy=False)
+    truth = replace(_truth(grads), params_after=want)
+    policy, optimizer, scheduler = _state()
+    _step(policy, optimizer, scheduler, _grads(0, torch.float64))
+    by_hand = copy.deepcopy((policy, optimizer, scheduler))
+    policy, optimizer, scheduler = by_hand
+    before = snapshot_training_state(policy, optimizer, scheduler)
+    lr = optimizer.param_groups[0]["lr"]
+    for group in optimizer.param_groups:
+        group["weight_decay"] = 0.0
+    with torch.no_grad():
+        for p in policy.parameters():
+            p.mul_(1.0 - lr * 0.1)
+    for name, p in policy.named_parameters():
+        p.grad = grads[name].clone()
+    optimizer.step()
+    scheduler.step()
+    measured = MeasuredStep(before, snapshot_training_state(policy, optimizer, scheduler))
+    assert check_update(REPORT, truth, measured, Tolerances()) == []
+    [f] = check_update(REPORT, replace(truth, weight_decays={"w": 0.0, "b": 0.0}), measured, Tolerances())
+    assert f.check == "train.update" and f.row == "w"  # the same step judged with no decay is a finding

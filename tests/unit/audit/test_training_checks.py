@@ -240,17 +240,19 @@ def test_the_optimizers_betas_and_eps_are_read_from_its_param_groups():
     assert (flag.check, flag.actual) == ("train.update", amsgrad) and flag.message.startswith(amsgrad + " after the step")
 
 
-def test_amsgrad_and_maximize_are_read_from_the_param_groups():
+def test_amsgrad_is_read_from_the_param_groups_and_maximize_is_allowed():
+    """amsgrad changes the update; maximize only negates the gradient into the moments (AdamW(maximize=True) on -loss
+    is AdamW on loss: a false positive of the fifth false-positive hunt), where a wrong sign is a wrong gradient."""
     from compactsim.harness.core.training_state import snapshot_training_state
 
     model = torch.nn.Linear(2, 1, dtype=torch.float64)
     scheduler_of = lambda opt: torch.optim.lr_scheduler.LambdaLR(opt, lambda _: 1.0)  # noqa: E731
-    plain = torch.optim.AdamW(model.parameters())
-    assert snapshot_training_state(model, plain, scheduler_of(plain)).update_rule_problem is None
-    for flag in ("amsgrad", "maximize"):
-        opt = torch.optim.AdamW(model.parameters(), **{flag: True})
-        snap = snapshot_training_state(model, opt, scheduler_of(opt))
-        assert (snap.update_rule, snap.update_rule_problem) == (None, f"param group 0 of AdamW sets {flag}: not AdamW's plain update")
+    for kwargs in ({}, {"maximize": True}):
+        opt = torch.optim.AdamW(model.parameters(), **kwargs)
+        assert snapshot_training_state(model, opt, scheduler_of(opt)).update_rule_problem is None
+    opt = torch.optim.AdamW(model.parameters(), amsgrad=True)
+    snap = snapshot_training_state(model, opt, scheduler_of(opt))
+    assert (snap.update_rule, snap.update_rule_problem) == (None, "param group 0 of AdamW sets amsgrad: not AdamW's plain update")
 
 
 def test_an_optimizer_state_the_audit_cannot_read_is_a_finding_not_a_pass():
