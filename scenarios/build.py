@@ -193,7 +193,8 @@ def step_results(
     """The Gym results the trainer receives at `step`, from the step's collected rollouts.
 
     `collected` holds `compactsim.agents.CollectedRollout`s (or mappings with ``rollout_id`` and ``result``)
-    in any order. Failed rollouts (result None) are left out. Each result is labelled with
+    in any order; the results come in slot order (group-major), or in the scenario's `arrival_order`.
+    Failed rollouts (result None) are left out. Each result is labelled with
     ``trainer_policy_version`` = `generation_version`: the policy version the trainer had synced to the
     generation server when these rollouts were collected (its own bookkeeping; Gym's items carry no
     version), one for the step or one per rollout id (`fresh_groups`). None leaves the results
@@ -205,6 +206,8 @@ def step_results(
     _check_step(scenario, step)
     by_id: dict[str, dict[str, Any] | None] = {_rollout_id_of(c): _result_of(c) for c in collected}
     order = [s.rollout_id for s in slots(scenario, step)]
+    if scenario.arrival_order:  # delivered as rollouts finish, not group by group
+        order = [order[k] for k in scenario.arrival_order]
     unknown = sorted(set(by_id) - set(order))
     if unknown:
         raise ConfigError("invalid_argument", f"rollouts {unknown[:3]} are not part of step {step} of {scenario.name!r}")

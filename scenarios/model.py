@@ -360,6 +360,10 @@ class Scenario(_Strict):
     #: newest weights, while the other groups were collected `max_trajectory_age_steps` ahead; the
     #: batch then mixes policy versions, as NeMo-RL's replay buffer hands out groups of several ages.
     fresh_groups: tuple[Annotated[StrictInt, Field(ge=0, lt=MAX_GROUPS)], ...] = ()
+    #: The order the trainer receives a step's results in, as indices into its rollouts in group-major order
+    #: (group 0's rollouts, then group 1's, ...); empty: that order. Groups are keyed by group id, never by
+    #: position, so rows and advantages must not depend on it (results arrive as rollouts finish).
+    arrival_order: tuple[StrictInt, ...] = ()
     #: `TrainerConfig` overrides (nested), merged over the scenario's defaults (see `trainer_values`).
     trainer: dict[str, Any] = Field(default_factory=dict)
     steps: StrictInt = Field(1, ge=1, le=MAX_STEPS)
@@ -448,6 +452,10 @@ class Scenario(_Strict):
             if outside:
                 problems.append(f"rewards.by_index names rollout indices {outside} outside the group "
                                 f"(group_size={self.group_size}); its rewards would never be given")
+        if self.arrival_order and sorted(self.arrival_order) != list(range(self.groups * self.group_size)):
+            problems.append(f"arrival_order {list(self.arrival_order)} is not a permutation of the step's "
+                            f"{self.groups * self.group_size} rollouts (indices 0..{self.groups * self.group_size - 1}, "
+                            "group-major)")
         bad_mask = [i for i in self.mask_sample if not 0 <= i < self.group_size]
         if bad_mask:
             problems.append(f"mask_sample {bad_mask} names rollout indices outside the group (group_size={self.group_size})")

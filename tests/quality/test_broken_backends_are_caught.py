@@ -87,6 +87,22 @@ BROKEN = (
     "embedding_rows_updated_lazily",
     "weight_decay_only_where_the_gradient_is",
     "allreduce_mean_over_ranks_with_rows",
+    # fifth red team: conditions no scenario had (pad == a sampled token, dp with warmup and decay, async on scripted
+    # logprobs, no clip above norm 1, forced on-policy ratio, a floored logprob, rewards outside [0, 1] or not
+    # bfloat16-exact, a zero clip bound, groups interleaved on arrival), and two caught as they were
+    "pad_id_tokens_left_out_of_loss",
+    "no_decay_by_ndim_on_flat_params",
+    "warmup_counted_in_rank_samples",
+    "async_fresh_rows_skip_importance_weights",
+    "max_grad_norm_none_clips_at_one",
+    "force_on_policy_ratio_without_gradient",
+    "is_log_ratio_clamped_not_zeroed",
+    "rewards_stored_in_bfloat16",
+    "rewards_clamped_to_unit_interval",
+    "advantage_clip_zero_bound_ignored",
+    "groups_by_arrival_position",
+    "importance_weights_on_kl_term",
+    "warmup_sets_only_first_param_group",
 )
 #: Backends that train right but report one loss metric wrong: `train.metric` must name `EXPECTED_KEY`.
 MISREPORTING = (
@@ -95,6 +111,7 @@ MISREPORTING = (
     "probs_ratio_empty_microbatch_minus_one",
     "is_oob_ratio_over_all_positions",
     "mismatch_kl_always_k3",
+    "reward_mean_over_physical_rows",
 )
 #: Backends that fail outright: the run must end in a `backend.error` finding, not a crash.
 CRASHING = ("crashing_train_step", "malformed_result", "exits_the_process", "unprintable_error", "version_not_advanced",
@@ -190,6 +207,24 @@ def test_legacy_media_without_the_request_input_cannot_train_silently():
     assert (rec.passed, rec.observed) == (False, "error:invalid_argument")
     [finding] = rec.findings
     assert finding.check == "verdict.unexpected_error" and "<|image|> tokens but" in finding.message
+
+
+def test_an_optimizer_over_master_copies_is_named_unauditable_not_a_skipped_update():
+    """It trains right, but the audit reads every update through the policy's own parameters: the finding says the
+    optimizer holds none of them, where it used to say the update skipped 34 parameter tensors."""
+    rec = record_of("warmup-weight-decay-no-clip", "tests.quality.master_weights_optimizer:Backend")
+    counts = [f for f in rec.findings if f.check == "counts.optimizer"]
+    assert counts and all(f.message.startswith("the optimizer's param groups hold none of the policy's parameters")
+                          for f in counts)
+
+
+def test_a_cap_checked_on_the_padded_width_refuses_rows_that_fit_it():
+    """Rows of at most 300 tokens padded to a multiple of 64 (320): the cap is on each real row, not on the padding."""
+    spec = "tests.quality.sequence_cap_checked_on_padded_width:Backend"
+    rec = record_of("sequence-cap-with-padding-multiple", spec)
+    assert (rec.passed, rec.observed) == (False, "error:sequence_too_long")
+    [finding] = rec.findings
+    assert finding.check == "verdict.unexpected_error"
 
 
 def test_an_exclusive_sequence_cap_refuses_the_row_that_sits_exactly_at_it():
