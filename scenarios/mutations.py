@@ -8,10 +8,13 @@ so that the targeted rule, not the digest check, is what fires.
 
 from __future__ import annotations
 
+import base64
 import copy
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+import numpy as np
 
 from compactsim.harness.core.digests import GYM_MEDIA_ID, generation_evidence_digest
 from compactsim.harness.core.errors import ContractCode
@@ -237,6 +240,27 @@ def surplus_route_rows(resp: Payload) -> None:
 
 
 @_mutating
+def positive_logprob(resp: Payload) -> None:
+    """The last call's first sampled logprob becomes +0.25, a probability above 1 (resealed: a consistent forgery)."""
+    i = len(_token_items(resp)) - 1
+    _token_items(resp)[i]["generation_log_probs"][0] = 0.25
+    _reseal(resp, i)
+
+
+@_mutating
+def negative_route_id(resp: Payload) -> None:
+    """The first call's routes, rewritten as NeMo-RL's ``nrlre1:int16:SxLxK:<base64>`` wire envelope with its first id
+    -2 (only -1, the missing-route sentinel, is negative). A JSON list cannot hold it: there it is a type error."""
+    item = _token_items(resp)[0]
+    routes = np.asarray(item.get("routed_experts") or [], dtype="<i2")
+    if routes.ndim != 3 or routes.size == 0:
+        raise MutationNotApplicable("the first call records no routed experts as a list of rows")
+    routes[0, 0, 0] = -2
+    s, layers, k = routes.shape
+    item["routed_experts"] = f"nrlre1:int16:{s}x{layers}x{k}:" + base64.b64encode(routes.tobytes()).decode("ascii")
+
+
+@_mutating
 def unknown_schema_version(resp: Payload) -> None:
     """A contract schema this consumer does not know."""
     if "context_compaction_contract" not in resp:
@@ -280,6 +304,8 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation("swap_turn_ids", "turn_order", "turn ids out of order", swap_turn_ids),
     Mutation("foreign_rollout_id", "rollout_id_mismatch", "a record from another rollout", foreign_rollout_id),
     Mutation("surplus_route_rows", "routed_experts_shape", "more than one surplus route row", surplus_route_rows),
+    Mutation("positive_logprob", "logprob_out_of_range", "a sampled logprob above 0", positive_logprob),
+    Mutation("negative_route_id", "routed_expert_id_out_of_range", "a routed expert id of -2", negative_route_id),
     Mutation("unknown_schema_version", "unsupported_contract", "schema_version 4", unknown_schema_version),
     Mutation("reorder_trace_media", "media_continuity",
              "media inside a trace do not extend the previous call's", reorder_trace_media),

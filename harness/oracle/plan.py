@@ -192,6 +192,8 @@ MUTATION_TURNS: dict[str, Callable[[Sequence[CallTruth], str], int | None]] = {
     "swap_turn_ids": _second,  # record 1 now claims the second call's turn id
     "foreign_rollout_id": lambda calls, name: calls[-1].turn_id,  # the last record names another rollout
     "surplus_route_rows": lambda calls, name: calls[0].turn_id,  # first call gets two surplus route rows
+    "positive_logprob": lambda calls, name: calls[-1].turn_id,  # the last call's first logprob is above 0
+    "negative_route_id": lambda calls, name: calls[0].turn_id,  # the first call's first route id is -2
     "unknown_schema_version": lambda calls, name: None,  # the whole contract is unreadable
     "reorder_trace_media": _first_append,  # media inside the first trace stop extending
 }
