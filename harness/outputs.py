@@ -78,6 +78,11 @@ def looks_like_output(out: Path) -> bool:
     return isinstance(summary, dict) and str(summary.get("format", "")).startswith(_SUMMARY_FORMAT_PREFIX)
 
 
+def _listed(names: Sequence[str]) -> str:
+    """The first five of `names` for a refusal message (an ellipsis for the rest)."""
+    return ", ".join(names[:5]) + (", …" if len(names) > 5 else "")
+
+
 def _remove(path: Path) -> None:
     if path.is_dir() and not path.is_symlink():
         shutil.rmtree(path)
@@ -154,9 +159,8 @@ def claim_output_dir(out: Path, *, owns: Callable[[Path], bool], command: str, f
         entries = sorted(out.iterdir())
         foreign = [p.name for p in entries if not owns(p)]
         if foreign and not force:
-            shown = ", ".join(foreign[:5]) + (", …" if len(foreign) > 5 else "")
             raise ConfigError("invalid_argument", f"--out {out}: the folder holds files `compactsim {command}` does not "
-                                                  f"write ({shown}); choose a new or empty folder, or pass --force "
+                                                  f"write ({_listed(foreign)}); choose a new or empty folder, or pass --force "
                                                   f"(only its own files are replaced)")
         for path in entries:
             if owns(path):
@@ -199,10 +203,9 @@ def prepare_output_dir(out: Path, *, force: bool = False, handle_signals: bool =
     try:
         entries = sorted(p.name for p in out.iterdir())
         if entries and not looks_like_output(out) and not force:
-            shown = ", ".join(entries[:5]) + (", …" if len(entries) > 5 else "")
             raise ConfigError(
                 "invalid_argument",
-                f"--out {out}: the folder is not empty ({shown}) and is not a compactsim output folder; "
+                f"--out {out}: the folder is not empty ({_listed(entries)}) and is not a compactsim output folder; "
                 f"choose a new or empty folder, or pass --force (only {', '.join(OWNED)} are replaced)")
         _lock(out)
         write_run_state(out, "running")  # before anything is deleted: the old "complete" never outlives the old files
@@ -379,9 +382,10 @@ def write_outputs(out: Path, runs: Sequence[Any], suite: Any, *, total_seconds: 
 
 __all__ = [
     "OWNED",
-    "claim_output_dir",
     "RUN_STATE",
     "RUN_STATE_FORMAT",
+    "STAGING",
+    "claim_output_dir",
     "ensure_output_dir",
     "finish_output_dir",
     "looks_like_output",

@@ -851,9 +851,9 @@ def _saved_options(settings: Any, source: str) -> RunOptions:
     device, max_steps = settings.get("device", "cpu"), settings.get("max_steps")
     if not isinstance(settings.get("scenario", ""), str):
         raise InputError(source, None, "scenario", f"{settings['scenario']!r}: expected a scenario name")
-    if not isinstance(settings.get("source", ""), str) or settings.get("source") == "":
-        raise InputError(source, None, "source", f"{settings['source']!r}: expected the scenario file's path as the run "
-                                                 "named it")
+    saved_source = settings.get("source")
+    if saved_source is not None and (not isinstance(saved_source, str) or not saved_source):
+        raise InputError(source, None, "source", f"{saved_source!r}: expected the scenario file's path as the run named it")
     try:
         if seed is not None:
             check_seed(seed)

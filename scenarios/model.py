@@ -411,7 +411,6 @@ class Scenario(_Strict):
         under that field, so the location reaches the file's line and column.
         """
         from pydantic_core import InitErrorDetails
-        from pydantic_core import ValidationError as CoreValidationError
 
         from compactsim.harness.pipeline.train_config import TrainerConfig
 
@@ -421,7 +420,7 @@ class Scenario(_Strict):
             local = [InitErrorDetails(type=e["type"], loc=e["loc"], input=e["input"], ctx=e.get("ctx", {}))
                      for e in exc.errors() if e["type"] not in ("value_error", "assertion_error")]
             if local:
-                raise CoreValidationError.from_exception_data("trainer", local) from None
+                raise ValidationError.from_exception_data("trainer", local) from None
         return v
 
     @field_validator("metrics")

@@ -587,27 +587,22 @@ def check_exact_metrics(report: Reporter, expected: ExpectedStep, observed: Obse
     return out
 
 
-#: NeMo-RL's driver metric of the step's rewards (`np.mean`, nemo-rl-semantics §3.7): the mean over the batch's
-#: samples, which under physical-trace training are the logical rollouts (the PR counts by logical rollout).
-REWARD_METRIC = "reward"
-
-
 def check_reported_reward(report: Reporter, rollouts: Sequence[ExpectedRollout], metrics: Mapping[str, Any],
                           tol: Tolerances) -> list[Finding]:
-    """`reward`, when the backend reports it, is the mean of the step's logical rollouts' rewards (masked ones
+    """`M.REWARD`, when the backend reports it, is the mean of the step's logical rollouts' rewards (masked ones
     included: `mask_sample` drops a rollout from the loss, not from the batch's rewards).
 
     A mean over physical rows weighs a compacted rollout by its row count (and padding rows by a reward of 0):
     the dashboard then drifts the first time a step splits a rollout, though training is right.
     """
-    got = metrics.get(REWARD_METRIC)
+    got = metrics.get(M.REWARD)
     rewards = [float(r.reward) for r in rollouts if r.reward is not None]
     if got is None or isinstance(got, bool) or not isinstance(got, (int, float)) or not rewards:
         return []
     want = math.fsum(rewards) / len(rewards)
     if close(float(got), want, tol.metric_atol, tol.metric_rtol):
         return []
-    return [report("train.metric", f"{REWARD_METRIC} = {float(got)!r}; the mean reward of the step's {len(rewards)} "
+    return [report("train.metric", f"{M.REWARD} = {float(got)!r}; the mean reward of the step's {len(rewards)} "
                                    f"logical rollouts is {want!r} (a mean over physical rows weighs a split rollout "
                                    "by its rows)", expected=want, actual=float(got))]
 
@@ -659,12 +654,11 @@ def _metric_finding(report: Reporter, e: MetricExpectation, actual: float | None
 
 
 __all__ = [
-    "REWARD_METRIC",
-    "float32_logging_bound",
     "Reporter",
     "Tolerances",
     "check_counts",
     "check_cumulative_counts",
+    "check_declared_verdict",
     "check_error",
     "check_exact_metrics",
     "check_metric_expectations",
@@ -680,8 +674,8 @@ __all__ = [
     "check_row_routes",
     "check_row_sample_mask",
     "check_row_tokens",
-    "check_declared_verdict",
     "check_step_count",
     "close",
+    "float32_logging_bound",
     "match_rows",
 ]

@@ -159,7 +159,7 @@ AUDITED_METRICS: dict[str, str] = {
     # the version the step trained: checked by the runner against state.version before the step
     M.TRAINED_POLICY_VERSION: "backend.error",
     # NeMo-RL's driver metric, when a backend reports it (`checks.check_reported_reward`)
-    "reward": "train.metric",
+    M.REWARD: "train.metric",
     **{key: "metric.exact" for key in M.BATCH_METRIC_KEYS},
 }
 

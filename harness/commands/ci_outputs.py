@@ -32,24 +32,22 @@ def prepare_ci_outputs(junit_xml: Path | None, markdown: Path | None, *,
     """
     from compactsim.harness.report.markdown import STEP_SUMMARY_ENV, step_summary_path
 
-    reports = _report_paths(junit_xml, markdown)
+    reports = [(option, path, path.resolve()) for option, path in _report_paths(junit_xml, markdown)]
+    sources = [(given, given.resolve(), what) for given, what in inputs]
     targets: dict[Path, str] = {}
-    for option, path in reports:  # every check before the first deletion
-        target = path.resolve()
+    for option, path, target in reports:  # every check before the first deletion
         if target in targets:
             raise ConfigError("invalid_argument", f"{option} {path}: the same file as {targets[target]}; give each "
                                                   "report its own path")
         targets[target] = f"{option} {path}"
-        for given, what in inputs:
-            source = given.resolve()
+        for given, source, what in sources:
             if target == source or source in target.parents:
                 inside = "" if target == source else " inside"
                 raise ConfigError("invalid_argument", f"{option} {path}: is{inside} {what} {given}, which this command "
                                                       "reads; write the report elsewhere")
         if target.is_dir():
             raise ConfigError("invalid_argument", f"{option} {path}: is a directory")
-    for option, path in reports:
-        target = path.resolve()
+    for option, path, target in reports:
         try:
             if target.exists() and not target.is_file():
                 continue  # a device or a pipe: no earlier verdict to clear, written at the end

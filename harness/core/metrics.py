@@ -64,6 +64,10 @@ ADVANTAGES_MAX = "advantages/max"
 NUM_MASK_SAMPLE_FILTERED = "num_mask_sample_filtered"
 #: Sum of real rows' unpadded lengths (prompts included; padding rows never count).
 TOTAL_NUM_TOKENS = "total_num_tokens"
+#: NeMo-RL's driver metric of the step's rewards (`np.mean`, nemo-rl-semantics §3.7): the mean over the batch's
+#: samples, which under physical-trace training are the logical rollouts (the PR counts by logical rollout). Not
+#: reported by the reference backend; audited when a backend reports it (`audit.checks.check_reported_reward`).
+REWARD = "reward"
 
 #: Every key `TraceBatch.metrics()` returns, in a stable order (the counts are not batch properties).
 BATCH_METRIC_KEYS: tuple[str, ...] = (
@@ -151,6 +155,7 @@ __all__ = [
     "PR_PADDING_ROWS",
     "PR_PHYSICAL_ROWS",
     "PR_PHYSICAL_TRACES",
+    "REWARD",
     "ROWS_PER_ROLLOUT_MAX",
     "SCHEDULER_INCREMENTS",
     "SCHEDULER_STEP_COUNT",

@@ -132,9 +132,9 @@ def _update_rule(named: list[tuple[str, torch.Tensor]], optimizer: Any) -> tuple
         # `maximize` only negates the gradient on its way into the moments (a trainer that minimises -loss with it is
         # AdamW on loss); the moments then show a wrong sign as a wrong gradient (`train.gradient`). amsgrad changes
         # the update itself.
-        flags = [flag for flag in ("amsgrad",) if group.get(flag)]
-        if flags or not isinstance(eps, float | int) or not isinstance(decay, float | int):
-            why = f"sets {' and '.join(flags)}" if flags else f"has eps={eps!r}, weight_decay={decay!r}"
+        amsgrad = bool(group.get("amsgrad"))
+        if amsgrad or not isinstance(eps, float | int) or not isinstance(decay, float | int):
+            why = "sets amsgrad" if amsgrad else f"has eps={eps!r}, weight_decay={decay!r}"
             return None, f"param group {k} of {type(optimizer).__name__} {why}: not AdamW's plain update"
         for p in group["params"]:
             rule_of[id(p)] = (float(eps), float(decay) if decoupled else 0.0)

@@ -114,14 +114,14 @@ def load_payloads(paths: Sequence[Path]) -> list[NamedPayload]:
         for file in files:
             text = read_text(file, what="payload file")  # limits, regular files only: a typed error names the file
             if file.suffix == ".jsonl":
-                values = [(f"{file.name}:{i}", i, None, v) for i, v in parse_json_lines(text, str(file))]
+                values = [(f"{file.name}:{i}", i, "$", v) for i, v in parse_json_lines(text, str(file))]
             else:
                 value = parse_json(text, str(file))
                 values = ([(f"{file.name}[{i}]", None, f"$[{i}]", v) for i, v in enumerate(value)]
                           if isinstance(value, list) else [(file.name, None, "$", value)])
             for name, line, field, v in values:
                 if not isinstance(v, dict):
-                    raise InputError(str(file), line, field or "$", f"expected a Gym result (a JSON object), "
+                    raise InputError(str(file), line, field, f"expected a Gym result (a JSON object), "
                                                                     f"found {type(v).__name__}")
                 out.append(NamedPayload(name, v))
                 found += 1

@@ -218,18 +218,16 @@ def test_an_optimizer_over_master_copies_is_named_unauditable_not_a_skipped_upda
                           for f in counts)
 
 
-def test_a_cap_checked_on_the_padded_width_refuses_rows_that_fit_it():
-    """Rows of at most 300 tokens padded to a multiple of 64 (320): the cap is on each real row, not on the padding."""
-    spec = "tests.quality.sequence_cap_checked_on_padded_width:Backend"
-    rec = record_of("sequence-cap-with-padding-multiple", spec)
-    assert (rec.passed, rec.observed) == (False, "error:sequence_too_long")
-    [finding] = rec.findings
-    assert finding.check == "verdict.unexpected_error"
+#: Trainers that refuse a row they must train (a run that ends in the pipeline's typed error, never in rows): an
+#: exclusive cap refuses the row that sits exactly at it; a cap checked on the padded width (rows of at most 300
+#: tokens padded to a multiple of 64, 320) refuses rows that fit it. The cap is on each real row, inclusive.
+WRONG_CAP = (("sequence_cap_exclusive", "sequence-at-the-cap"),
+             ("sequence_cap_checked_on_padded_width", "sequence-cap-with-padding-multiple"))
 
 
-def test_an_exclusive_sequence_cap_refuses_the_row_that_sits_exactly_at_it():
-    spec = "tests.quality.sequence_cap_exclusive:Backend"
-    rec = record_of("sequence-at-the-cap", spec)
+@pytest.mark.parametrize(("module", "scenario"), WRONG_CAP)
+def test_a_wrong_sequence_cap_refuses_a_row_it_must_train(module: str, scenario: str):
+    rec = record_of(scenario, f"tests.quality.{module}:Backend")
     assert (rec.passed, rec.observed) == (False, "error:sequence_too_long")
     [finding] = rec.findings
     assert finding.check == "verdict.unexpected_error"
