@@ -241,6 +241,12 @@ def step_results(
             results[k] = (rid, zero_call_capture(result))
         elif c.kind == "bump_policy_version":
             results[k] = (rid, bump_policy_version(result))
+        elif c.kind == "narrow_routes":
+            results[k] = (rid, narrow_routes(result))
+        elif c.kind == "resubmit_under_new_id":
+            results.insert(k + 1, (rid, resubmitted(result)))
+        elif c.kind == "drop_reward":
+            results[k] = (rid, without_reward(result))
     return [r for _, r in results]
 
 
@@ -265,6 +271,58 @@ def zero_call_capture(result: dict[str, Any]) -> dict[str, Any]:
             resp[key] = []
     if "media_assets" in resp:
         resp["media_assets"] = {}
+    return out
+
+
+def narrow_routes(result: dict[str, Any]) -> dict[str, Any]:
+    """Every call's routed experts lose their last top-k column: a model server with a smaller top-k.
+
+    Each call's routes stay a valid [tokens, layers, top-k - 1] array, so only the rule across rows
+    (one route layout per batch) is broken. Needs routes recorded as lists with top-k of at least 2.
+    """
+    out = copy_tree(result)
+    touched = False
+    for item in _response(out).get("output", []):
+        routes = item.get("routed_experts") if _is_token_item(item) else None
+        if routes is None:
+            continue
+        if not isinstance(routes, list) or not all(isinstance(row, list) and all(isinstance(layer, list) and len(layer) >= 2
+                                                                                 for layer in row) for row in routes):
+            raise MutationNotApplicable("narrow_routes: routed_experts must be [tokens][layers][top-k >= 2] lists")
+        item["routed_experts"] = [[layer[:-1] for layer in row] for row in routes]
+        touched = True
+    if not touched:
+        raise MutationNotApplicable("narrow_routes: the result records no routed experts")
+    return out
+
+
+def without_reward(result: dict[str, Any]) -> dict[str, Any]:
+    """The `/run` result without its `reward` key (a consumer must refuse it, not default the reward to 0)."""
+    if "reward" not in result:
+        raise MutationNotApplicable("drop_reward: the result carries no reward to drop")
+    out = copy_tree(result)
+    del out["reward"]
+    return out
+
+
+#: what `resubmitted` appends to the rollout id of the copy it makes
+RESUBMITTED_SUFFIX = "-resubmitted"
+
+
+def resubmitted(result: dict[str, Any]) -> dict[str, Any]:
+    """The same result under a new logical rollout id: its contract's and call records' `rollout_id` end in
+    `RESUBMITTED_SUFFIX` (a rollout retried by the agent and reported twice, as far as the trainer can tell)."""
+    out = copy_tree(result)
+    resp = _response(out)
+    contract = resp.get("context_compaction_contract") or resp.get("rollout_trace_contract")
+    if not isinstance(contract, dict) or not isinstance(contract.get("rollout_id"), str):
+        raise MutationNotApplicable("resubmit_under_new_id: the result has no contract rollout_id to rename")
+    old = contract["rollout_id"]
+    contract["rollout_id"] = old + RESUBMITTED_SUFFIX
+    for key in _RECORD_KEYS:
+        for rec in resp.get(key) or []:
+            if isinstance(rec, dict) and rec.get("rollout_id") == old:
+                rec["rollout_id"] = old + RESUBMITTED_SUFFIX
     return out
 
 
@@ -322,6 +380,7 @@ def build_scenario(scenario: Scenario) -> ScenarioBuild:
 
 
 __all__ = [
+    "RESUBMITTED_SUFFIX",
     "RolloutSlot",
     "ScenarioBuild",
     "build_scenario",
@@ -329,6 +388,8 @@ __all__ = [
     "fault_specs",
     "group_id",
     "model_server_settings",
+    "narrow_routes",
+    "resubmitted",
     "reward_server_settings",
     "rollout_id",
     "rollout_seed",
@@ -338,5 +399,6 @@ __all__ = [
     "step_results",
     "step_specs",
     "task_id",
+    "without_reward",
     "zero_call_capture",
 ]

@@ -66,7 +66,8 @@ def check_name(name: str) -> str:
 
 Mode = Literal["scripted", "policy"]
 Drift = Literal["none", "merge", "strip_think"]
-CorruptionKind = Literal["duplicate_rollout", "drop_rollout", "zero_call_capture", "bump_policy_version"]
+CorruptionKind = Literal["duplicate_rollout", "drop_rollout", "zero_call_capture", "bump_policy_version", "narrow_routes",
+                         "resubmit_under_new_id", "drop_reward"]
 
 #: What each batch corruption does to the step's list of results (documented once, here).
 CORRUPTIONS: dict[str, str] = {
@@ -76,6 +77,14 @@ CORRUPTIONS: dict[str, str] = {
     "no_eligible_tokens with a contract, missing_token_evidence without one)",
     "bump_policy_version": "every call of the target rollout claims policy_version + 1, so a sync batch mixes "
     "generation versions (mixed_policy_versions)",
+    "narrow_routes": "every call of the target rollout records one routed expert fewer per token and layer (top-k "
+    "minus one, each call's own shape still valid), so the batch's route layouts disagree "
+    "(inconsistent_routed_expert_shapes)",
+    "resubmit_under_new_id": "the target rollout's result is submitted a second time under the rollout id "
+    "`<id>-resubmitted` (contract and call records renamed), so its group holds one rollout more than "
+    "num_generations_per_prompt (oversized_group)",
+    "drop_reward": "the target rollout's `/run` result arrives without its `reward` (malformed_payload: GRPO needs "
+    "one reward per logical rollout)",
 }
 
 

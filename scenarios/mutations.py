@@ -12,11 +12,11 @@ import base64
 import copy
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
-from compactsim.harness.core.digests import GYM_MEDIA_ID, generation_evidence_digest
+from compactsim.harness.core.digests import GYM_MEDIA_ID, canonical_digest, generation_evidence_digest
 from compactsim.harness.core.errors import ContractCode
 
 Payload = dict[str, Any]
@@ -30,6 +30,9 @@ class Mutation:
     code: ContractCode
     purpose: str
     apply: Callable[[Payload], Payload]
+    #: where a consumer finds the break: the rollout's plan (its evidence and declarations), or only when it
+    #: materializes rows and decodes the images (the plan holds media ids, not pixels)
+    stage: Literal["plan", "materialize"] = "plan"
 
 
 class MutationNotApplicable(ValueError):
@@ -261,6 +264,46 @@ def negative_route_id(resp: Payload) -> None:
 
 
 @_mutating
+def misstate_image_dimensions(resp: Payload) -> None:
+    """The first image's asset declares a width one pixel wider than its pixels (its digest, over the pixels, still holds)."""
+    media_id = _records(resp)[_media_index(resp)]["media_ids"][0]
+    asset = (resp.get("media_assets") or {}).get(media_id)
+    if not GYM_MEDIA_ID.fullmatch(media_id) or not isinstance(asset, dict):
+        raise MutationNotApplicable(f"media id {media_id!r} is opaque or has no asset: its dimensions are not held to it")
+    if not isinstance(asset.get("original_dimensions"), list) or len(asset["original_dimensions"]) != 2:
+        raise MutationNotApplicable(f"media id {media_id!r} declares no [width, height]")
+    width, height = asset["original_dimensions"]
+    asset["original_dimensions"] = [width + 1, height]
+
+
+def _renamed(node: Any, names: dict[str, str]) -> Any:
+    """`node` with every string (value or key) found in `names` replaced by its new name."""
+    if isinstance(node, dict):
+        return {names.get(k, k): _renamed(v, names) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_renamed(v, names) for v in node]
+    return names.get(node, node) if isinstance(node, str) else node
+
+
+@_mutating
+def undecodable_image(resp: Payload) -> None:
+    """The first image's source part holds bytes that are no image, under a new content-addressed id and digest that
+    match those bytes (Gym registered a corrupt upload): only decoding it can tell."""
+    media_id = _records(resp)[_media_index(resp)]["media_ids"][0]
+    asset = (resp.get("media_assets") or {}).get(media_id)
+    part = asset.get("source_part") if isinstance(asset, dict) else None
+    if not GYM_MEDIA_ID.fullmatch(media_id) or not isinstance(part, dict) or not isinstance(part.get("image_url"), str):
+        raise MutationNotApplicable(f"media id {media_id!r} is opaque or its asset holds no image_url")
+    part = {**part, "image_url": "data:image/png;base64," + base64.b64encode(b"not an image").decode("ascii")}
+    digest = canonical_digest(part)
+    new_id = "media-" + digest[:24]
+    renamed = _renamed(resp, {media_id: new_id, asset["content_digest"]: digest})
+    renamed["media_assets"][new_id]["source_part"] = part
+    resp.clear()  # the mutation edits the body in place
+    resp.update(renamed)
+
+
+@_mutating
 def unknown_schema_version(resp: Payload) -> None:
     """A contract schema this consumer does not know."""
     if "context_compaction_contract" not in resp:
@@ -306,6 +349,10 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation("surplus_route_rows", "routed_experts_shape", "more than one surplus route row", surplus_route_rows),
     Mutation("positive_logprob", "logprob_out_of_range", "a sampled logprob above 0", positive_logprob),
     Mutation("negative_route_id", "routed_expert_id_out_of_range", "a routed expert id of -2", negative_route_id),
+    Mutation("misstate_image_dimensions", "media_dimensions_mismatch",
+             "an asset declares dimensions its pixels do not have", misstate_image_dimensions, stage="materialize"),
+    Mutation("undecodable_image", "media_decode", "an asset whose source part is not an image", undecodable_image,
+             stage="materialize"),
     Mutation("unknown_schema_version", "unsupported_contract", "schema_version 4", unknown_schema_version),
     Mutation("reorder_trace_media", "media_continuity",
              "media inside a trace do not extend the previous call's", reorder_trace_media),

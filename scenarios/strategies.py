@@ -238,6 +238,13 @@ def mutations(*, names: Sequence[str] | None = None) -> st.SearchStrategy[Mutati
     return st.sampled_from([MUTATIONS_BY_NAME[n] for n in chosen])
 
 
+#: Mutations that need a field some contract flavours do not write, and those flavours.
+_FLAVOURS_WITHOUT: dict[str, tuple[str, ...]] = {
+    "unknown_schema_version": ("gym-pr2870",),  # only the 0.7.0 shapes carry a schema_version to corrupt
+    "misstate_image_dimensions": ("osworld",),  # OSWorld's assets declare no original_dimensions
+}
+
+
 def adversarial_scenarios(
     *,
     names: Sequence[str] | None = None,
@@ -254,9 +261,7 @@ def adversarial_scenarios(
     @st.composite
     def build(draw: st.DrawFn) -> Scenario:
         mutation = draw(mutation_strategy)
-        # only the 0.7.0 shapes carry a schema_version to corrupt
-        flavours = [f for f in CONTRACT_FLAVOURS if f != "gym-pr2870"] if mutation.name == "unknown_schema_version" \
-            else list(CONTRACT_FLAVOURS)
+        flavours = [f for f in CONTRACT_FLAVOURS if f not in _FLAVOURS_WITHOUT.get(mutation.name, ())]
         size = draw(st.integers(1, max_group_size))
         data: dict[str, Any] = {
             "seed": draw(st.integers(0, 2**31)),

@@ -128,7 +128,7 @@ def payload_groups(
     c = scenario.corruption
     if c is not None and c.step == step:
         k = next((i for i, s in enumerate(order) if (s.group, s.index) == (c.group, c.index)), None)
-        if k is not None and c.kind == "duplicate_rollout":
+        if k is not None and c.kind in ("duplicate_rollout", "resubmit_under_new_id"):
             order.insert(k + 1, order[k])
         elif k is not None and c.kind == "drop_rollout":
             del order[k]

@@ -36,6 +36,7 @@ from compactsim.harness.oracle.grpo import group_advantages
 from compactsim.harness.oracle.plan import PlanTruth, expected_plan, routes_of
 from compactsim.harness.oracle.rows import batch_route_layout, expected_rows
 from compactsim.harness.oracle.truth import RolloutTruth, read_truth
+from compactsim.scenarios.build import RESUBMITTED_SUFFIX
 from compactsim.scenarios.build import rollout_id as slot_rollout_id
 from compactsim.scenarios.build import slots
 from compactsim.scenarios.metric_expectations import parse_metric_expectations
@@ -134,10 +135,21 @@ def _batch_members(scenario: Scenario, step: int, truths: Mapping[str, RolloutTr
                 truth = truth.with_calls(())
             elif c.kind == "bump_policy_version":
                 truth = truth.with_calls([replace(call, policy_version=(call.policy_version or 0) + 1) for call in truth.calls])
+            elif c.kind == "drop_reward":
+                truth = replace(truth, reward_delivered=False)
+            elif c.kind == "narrow_routes":  # a server with top-k one smaller recorded this rollout's routes
+                truth = truth.with_calls([call if call.routes is None else replace(call, routes=call.routes[:, :, :-1])
+                                          for call in truth.calls])
         plan = expected_plan(truth, mutation=m.name if truth.spec_rollout_id == mutated and m is not None else None)
         members.append(_Member(truth, plan))
         if truth.spec_rollout_id == cut and c is not None and c.kind == "duplicate_rollout":
             members.append(_Member(truth, plan))
+        if truth.spec_rollout_id == cut and c is not None and c.kind == "resubmit_under_new_id":
+            if not truth.has_contract:
+                raise ConfigError("invalid_config", f"scenario {scenario.name!r}: resubmit_under_new_id renames the "
+                                  "contract's rollout_id; flavour 'none' has none")
+            again = replace(truth, spec_rollout_id=truth.spec_rollout_id + RESUBMITTED_SUFFIX)
+            members.append(_Member(again, expected_plan(again)))
     return members
 
 
@@ -150,8 +162,8 @@ def batch_error(
 ) -> ExpectedError | None:
     """The first batch-level error of a batch (as received, duplicates included) whose every rollout planned.
 
-    Order (documented in the README's error table): duplicate logical ids, group sizes, generation
-    versions, a rollout with nothing to train, route layouts, router replay without routes (none in
+    Order (docs/golden-spec.md §7, the batch checks): duplicate logical ids, group sizes, a result without a
+    reward, generation versions, a rollout with nothing to train, route layouts, router replay without routes (none in
     the batch, then the first call without them in canonical order), then a row longer than
     `policy.max_total_sequence_length` (the first such rollout in batch order).
     """
@@ -173,6 +185,9 @@ def batch_error(
                 return ExpectedError("incomplete_group", ids[0], None)
             if len(ids) > want:
                 return ExpectedError("oversized_group", ids[0], None)
+    for t in unique:  # whatever the group sizes: GRPO needs one reward per logical rollout
+        if not t.reward_delivered:
+            return ExpectedError("malformed_payload", t.rollout_id, None)
     group_versions: dict[str, set[int | None]] = {}
     for t in unique:
         v = _versions(t)

@@ -168,6 +168,16 @@ def _first_media(calls: Sequence[CallTruth], name: str) -> int:
     return _first(calls, lambda k, c: bool(c.media_ids), "a call with an image", name).turn_id
 
 
+def _first_media_row_end(calls: Sequence[CallTruth], name: str) -> int:
+    """The last call of the trace holding the first call with an image: images are decoded while rows are built, and a
+    bad one is named at the row's last call (golden spec §7), whose prompt shows every image of its trace."""
+    first = _first(calls, lambda k, c: bool(c.media_ids), "a call with an image", name)
+    k = next(i for i, c in enumerate(calls) if c is first) + 1
+    while k < len(calls) and calls[k].compaction_event_id is None:  # the trace runs to the next declared boundary
+        k += 1
+    return calls[k - 1].turn_id
+
+
 def _second(calls: Sequence[CallTruth], name: str) -> int:
     if len(calls) < 2:
         raise ConfigError("invalid_config", f"mutation {name!r} needs two calls; the target rollout has {len(calls)}")
@@ -183,6 +193,8 @@ MUTATION_TURNS: dict[str, Callable[[Sequence[CallTruth], str], int | None]] = {
     "remove_media_asset": _first_media,  # the first image's asset is gone; its first user fails
     "swap_image_pixels": _first_media,  # the first image's pixels no longer match its digest; named at its first use
     "misfile_media_asset": _first_media,  # the first image's key holds another asset; named at its first use
+    "undecodable_image": _first_media_row_end,  # the first image's bytes are no image (id and digest resealed)
+    "misstate_image_dimensions": _first_media_row_end,  # the first image's declared width is off by one
     "corrupt_digest": lambda calls, name: calls[-1].turn_id,  # last call's logprob edited, digest stale
     "shift_prompt_token": _first_append,  # a resealed forgery inside a trace
     "drop_logprob": lambda calls, name: calls[-1].turn_id,  # last call loses a logprob

@@ -77,6 +77,8 @@ class RolloutTruth:
     final_answer: str = ""
     #: The emitted response's id (its last call's response id): a legacy result's only identity.
     response_id: str | None = None
+    #: False when the trainer receives this rollout's result without a reward (a batch corruption): it must refuse it.
+    reward_delivered: bool = True
 
     @property
     def has_contract(self) -> bool:

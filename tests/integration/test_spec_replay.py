@@ -42,6 +42,11 @@ SELECTION: dict[str, tuple[str, str | None, int | None] | None] = {
     "mutation-digest-mismatch": ("evidence_digest_mismatch", "s0-g0-r1", 4),
     "legacy-token-merge-drift": ("undeclared_discontinuity", "resp_bf872b3cd6831974b04a20a63d638e70", 2),
     "batch-incomplete-group": ("incomplete_group", "s0-g0-r0", None),
+    "batch-resubmitted-rollout": ("oversized_group", "s0-g0-r0", None),
+    "batch-result-without-reward": ("malformed_payload", "s0-g0-r1", None),
+    "batch-inconsistent-route-layout": ("inconsistent_routed_expert_shapes", "s0-g0-r1", None),
+    "mutation-undecodable-image": ("media_decode", "s0-g0-r1", 2),
+    "mutation-misstated-image-dimensions": ("media_dimensions_mismatch", "s0-g0-r1", 2),
     "routes-not-recorded": ("missing_routed_experts", None, None),
     "fault-no-routes-replay-on": ("missing_routed_experts", "s0-g0-r1", 3),  # one call without routes
     "fault-no-routes-replay-off": None,  # the same call trains: §11 rules 1-2 replay -1

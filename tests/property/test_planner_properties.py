@@ -64,6 +64,9 @@ def test_every_applicable_mutation_gives_its_documented_code(rollout, mutation, 
         bad = mutation.apply(base)
     except MutationNotApplicable:
         return
+    if mutation.stage == "materialize":  # the planner reads no pixels: the rows' materializer refuses it
+        plan_rollout(bad)
+        return
     try:
         plan_rollout(bad)
     except ContractError as exc:

@@ -11,12 +11,15 @@ from compactsim.scenarios.build import (
     bump_policy_version,
     fault_specs,
     model_server_settings,
+    narrow_routes,
+    resubmitted,
     reward_server_settings,
     rollout_seed,
     slot_of,
     slots,
     step_results,
     step_specs,
+    without_reward,
     zero_call_capture,
 )
 from compactsim.scenarios.execute import collect_step
@@ -136,6 +139,10 @@ def test_step_results_label_every_result_with_the_trainers_generation_version():
     assert out == [{"n": 0, "trainer_policy_version": 3}, {"n": 1, "trainer_policy_version": 3}]
 
 
+def _token_items(result):
+    return [it for it in result["response"]["output"] if it.get("generation_token_ids") is not None]
+
+
 def _labelled(result, version):
     return {**result, "trainer_policy_version": version}
 
@@ -166,6 +173,17 @@ def test_step_results_apply_the_mutation_to_its_target_only(collected):
         # the label goes up; Gym's items still carry no version
         ("bump_policy_version", lambda out, col: [r["trainer_policy_version"] for r in out] == [2, 3]
          and not any("policy_version" in it for r in out for it in r["response"]["output"])),
+        # every call of the target keeps its token and layer counts and loses its last expert column
+        ("narrow_routes", lambda out, col: out[0] == _labelled(col[0].result, 2) and [
+            [[layer for layer in row] for row in it["routed_experts"]] for it in _token_items(out[1])] == [
+            [[layer[:-1] for layer in row] for row in it["routed_experts"]] for it in _token_items(col[1].result)]),
+        # the copy follows its original, renamed in the contract and every call record; nothing else differs
+        ("resubmit_under_new_id", lambda out, col: out[:2] == [_labelled(col[0].result, 2), _labelled(col[1].result, 2)]
+         and out[2]["response"]["context_compaction_contract"]["rollout_id"] == "s0-g0-r1-resubmitted"
+         and {r["rollout_id"] for r in out[2]["response"]["model_call_metadata"]} == {"s0-g0-r1-resubmitted"}
+         and out[2]["response"]["output"] == out[1]["response"]["output"]),
+        ("drop_reward", lambda out, col: "reward" in col[1].result and out == [
+            _labelled(col[0].result, 2), {k: v for k, v in _labelled(col[1].result, 2).items() if k != "reward"}]),
     ],
 )
 def test_step_results_apply_each_batch_corruption(collected, kind, check):
@@ -194,6 +212,17 @@ def test_zero_call_capture_and_version_bump_leave_their_input_alone(collected):
     assert bump_policy_version(result) != result
     with pytest.raises(MutationNotApplicable):
         bump_policy_version(empty)
+    with pytest.raises(MutationNotApplicable, match="records no routed experts"):
+        narrow_routes(empty)
+    one_expert = narrow_routes(result)  # top-k 2 -> 1: one column fewer cannot be taken again
+    with pytest.raises(MutationNotApplicable, match="top-k >= 2"):
+        narrow_routes(one_expert)
+    bare = {"response": {k: v for k, v in result["response"].items() if k != "context_compaction_contract"}}
+    with pytest.raises(MutationNotApplicable, match="no contract rollout_id"):
+        resubmitted(bare)
+    with pytest.raises(MutationNotApplicable, match="no reward to drop"):
+        without_reward(bare)
+    assert result["response"]["context_compaction_contract"]["rollout_id"] == "s0-g0-r0"
 
 
 def test_specs_are_a_pure_function_of_the_scenario():
