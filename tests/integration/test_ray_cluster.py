@@ -31,7 +31,8 @@ from compactsim.harness.core.errors import ConfigError
 pytestmark = pytest.mark.slow
 
 BIN = Path(sys.executable).parent
-SCENARIOS = ("explicit-logprobs", "image-compaction-k2-rolling")
+#: a passing scenario, one with compaction and images, and one refused at plan time
+SCENARIOS = ("explicit-logprobs", "image-compaction-k2-rolling", "legacy-token-merge-drift")
 
 
 def _free_port() -> int:
@@ -106,12 +107,19 @@ def _compactsim(*args: str, timeout: float = 600) -> subprocess.CompletedProcess
                           check=False)
 
 
-def test_run_on_an_existing_cluster_matches_a_local_run_byte_for_byte(ray_head: str, tmp_path: Path):
-    local = _compactsim("run", *SCENARIOS, "--seed", "3", "--out", str(tmp_path / "local"))
+@pytest.fixture(scope="module")
+def local_summary(tmp_path_factory: pytest.TempPathFactory) -> bytes:
+    """summary.json of a local run of SCENARIOS at seed 3: what every Ray run below must write byte for byte."""
+    out = tmp_path_factory.mktemp("local") / "o"
+    local = _compactsim("run", *SCENARIOS, "--seed", "3", "--out", str(out))
     assert local.returncode == 0, local.stdout[-2000:] + local.stderr[-2000:]
+    return (out / "summary.json").read_bytes()
+
+
+def test_run_on_an_existing_cluster_matches_a_local_run_byte_for_byte(ray_head: str, local_summary: bytes, tmp_path: Path):
     remote = _compactsim("run", *SCENARIOS, "--seed", "3", "--out", str(tmp_path / "ray"), "--ray-address", ray_head)
     assert remote.returncode == 0, remote.stdout[-2000:] + remote.stderr[-2000:]
-    assert (tmp_path / "ray" / "summary.json").read_bytes() == (tmp_path / "local" / "summary.json").read_bytes()
+    assert (tmp_path / "ray" / "summary.json").read_bytes() == local_summary
     timings = (tmp_path / "ray" / "timings.json").read_text()
     assert '"executor": "ray"' in timings  # --ray-address implied the Ray executor
 
@@ -176,12 +184,13 @@ def test_malformed_addresses_are_refused(address: str, message: str):
         check_ray_address(address, timeout_s=1.0)
 
 
-def test_executor_ray_without_an_address_starts_its_own_instance(tmp_path: Path):
+def test_executor_ray_without_an_address_starts_its_own_instance(local_summary: bytes, tmp_path: Path):
     dead = f"127.0.0.1:{_free_port()}"  # a cluster address in the environment must not be joined
     env = {**os.environ, "RAY_ADDRESS": dead, "RAY_AUTH_MODE": "disabled", "WANDB_MODE": "disabled",
            "PYTHONPATH": os.getcwd()}
-    result = subprocess.run([str(BIN / "compactsim"), "run", "explicit-logprobs", "--seed", "3", "--executor", "ray",
+    result = subprocess.run([str(BIN / "compactsim"), "run", *SCENARIOS, "--seed", "3", "--executor", "ray",
                              "--out", str(tmp_path / "o")], capture_output=True, text=True, timeout=600, env=env,
                             check=False)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    assert (tmp_path / "o" / "summary.json").read_bytes() == local_summary  # two workers of its own Ray, same bytes
     assert '"executor": "ray"' in (tmp_path / "o" / "timings.json").read_text()
