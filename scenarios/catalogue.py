@@ -21,7 +21,8 @@ import yaml
 from pydantic import ValidationError
 
 from compactsim.harness.core.errors import ConfigError
-from compactsim.harness.core.json_input import InputError, format_field_path, parse_yaml, read_text
+from compactsim.harness.core.json_input import InputError, parse_yaml, read_text
+from compactsim.harness.core.file_places import Loc, Positions
 from compactsim.scenarios.model import Scenario
 
 CATALOGUE_DIR = Path(__file__).resolve().parent / "catalogue"
@@ -65,61 +66,10 @@ def _rebuild_scenario_file_error(source: str, line: int | None, field: str | Non
     return ScenarioFileError(source, line, field, problem, column=column)
 
 
-_Loc = tuple[str | int, ...]
+class _Positions(Positions):
+    """`Positions` that also raise a `ScenarioFileError` at a place."""
 
-
-class _Positions:
-    """Where a place of a scenario file's data is in its text (composed only when an error needs it)."""
-
-    def __init__(self, text: str | None) -> None:
-        self._text = text
-        self._root: Any = None
-        self._composed = False
-
-    def root(self) -> Any:
-        if not self._composed:
-            self._composed = True
-            if self._text is not None:
-                try:  # the text already passed `parse_yaml` (limits, aliases), so composing it is safe
-                    self._root = yaml.compose(self._text, Loader=yaml.SafeLoader)
-                except yaml.YAMLError:
-                    self._root = None
-        return self._root
-
-    def find(self, loc: _Loc, *, key: bool = False, missing: bool = False) -> tuple[int | None, int | None, str]:
-        """(line, column, field) of `loc`: the value there (its key with `key`; with `missing`, the mapping lacking it).
-
-        Parts of a pydantic location that are no place in the data (the member names of a union,
-        ``[key]``) are skipped; the field path names only the places found (plus a missing key).
-        Without the text there is no line and column, and the field path is the whole location.
-        """
-        node, key_node = self.root(), None
-        if node is None:
-            return None, None, format_field_path(list(loc))
-        found: list[str | int] = []
-        last_found = True
-        for part in loc:
-            nxt = None
-            if isinstance(node, yaml.MappingNode):
-                nxt = next(((k, v) for k, v in node.value if isinstance(k, yaml.ScalarNode) and k.value == str(part)),
-                           None)
-            elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and 0 <= part < len(node.value):
-                nxt = (None, node.value[part])
-            last_found = nxt is not None
-            if nxt is None:
-                if part == "[key]" and key_node is not None:  # a mapping key that does not validate
-                    node, key_node = key_node, None
-                continue
-            key_node, node = nxt
-            found.append(part)
-        if missing and loc and not last_found:
-            found.append(loc[-1])
-        elif key and last_found and key_node is not None:
-            node = key_node
-        mark = node.start_mark
-        return mark.line + 1, mark.column + 1, format_field_path(found)
-
-    def error(self, source: str, loc: _Loc, problem: str, *, key: bool = False,
+    def error(self, source: str, loc: Loc, problem: str, *, key: bool = False,
               missing: bool = False) -> ScenarioFileError:
         line, column, field = self.find(loc, key=key, missing=missing)
         return ScenarioFileError(source, line, field, problem, column=column)

@@ -186,3 +186,24 @@ def test_policy_device_is_cpu_cuda_or_cuda_n(device: str, ok: bool):
     else:
         with pytest.raises(ValidationError, match="expected cpu, cuda or cuda:N"):
             PolicySettings(device=device)
+
+
+def test_invalid_settings_name_the_line_and_column_of_each_value_in_the_file(tmp_path):
+    path = tmp_path / "s.yaml"
+    path.write_text("mode: scripted\nfaults:\n  - kind: explode\ndrift: sideways\nsed: 1\npolicy: {dtype: float32}\n")
+    with pytest.raises(ConfigError) as err:
+        build_settings(None, None, path, "banana")
+    assert [(v.split(":")[0], v[v.rindex("("):] if v.endswith(")") else None) for v in err.value.violations] == [
+        ("drift", "(line 4, column 8)"),
+        ("faults.0.kind", "(line 3, column 11)"),
+        ("policy.dtype", None),  # --dtype's value, not the file's float32
+        ("sed", "(line 5, column 1)"),  # an unknown key: the key itself
+    ]
+    json_path = tmp_path / "s.json"
+    json_path.write_text('{"seed": 1,\n "limits": {"max_new_tokens": 8.0}}')
+    with pytest.raises(ConfigError) as err:
+        build_settings(None, None, json_path, None)
+    assert err.value.violations == ("limits.max_new_tokens: Input should be a valid integer (line 2, column 31)",)
+    with pytest.raises(ConfigError) as err:  # no file: nothing to point at
+        build_settings(None, None, None, "banana")
+    assert err.value.violations == ("policy.dtype: Input should be 'float32' or 'float64'",)
