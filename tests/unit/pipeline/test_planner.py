@@ -10,8 +10,10 @@ import pytest
 
 from compactsim.harness.core.digests import canonical_digest
 from compactsim.harness.core.errors import ContractError
+from compactsim.harness.pipeline.materializer import materialize
 from compactsim.harness.pipeline.planner import DIAGNOSTIC_WINDOW, plan_rollout
-from compactsim.scenarios.mutations import MUTATIONS, MutationNotApplicable
+from compactsim.harness.pipeline.train_config import TrainerConfig
+from compactsim.scenarios.mutations import MUTATIONS, Mutation, MutationNotApplicable
 from compactsim.scenarios.payloads import Call, build_response, compacted_three_calls, continuing, run_result
 
 # ---------------------------------------------------------------------------------------------
@@ -549,6 +551,21 @@ def test_strict_plan_raises_the_first_violation_of_the_non_strict_list():
 # the mutation catalogue
 
 
+def _refusal(mutation: Mutation, bad: dict) -> ContractError:
+    """The error `bad` gets where `mutation` says it is found: planning it, or (images) materializing its rows."""
+    result = bad if "response" in bad else run_result(bad, reward=1.0)
+    if mutation.stage == "materialize":
+        plan = plan_rollout(result)  # the planner reads no pixels
+        cfg = TrainerConfig.model_validate({"grpo": {"num_prompts_per_step": 1, "num_generations_per_prompt": 1},
+                                            "policy": {"train_global_batch_size": 1}})
+        with pytest.raises(ContractError) as info:
+            materialize([plan], cfg)
+    else:
+        with pytest.raises(ContractError) as info:
+            plan_rollout(result)
+    return info.value
+
+
 @pytest.mark.parametrize("flavour", ["transport", "full", "pr2870"])
 @pytest.mark.parametrize("mutation", MUTATIONS, ids=lambda m: m.name)
 def test_each_mutation_raises_its_documented_code(mutation, flavour):
@@ -558,20 +575,19 @@ def test_each_mutation_raises_its_documented_code(mutation, flavour):
         bad = mutation.apply(base)
     except MutationNotApplicable:
         pytest.skip(f"{mutation.name} does not apply to {flavour}")
-    with pytest.raises(ContractError) as info:
-        plan_rollout(run_result(bad) if flavour == "full" else bad)
-    assert info.value.code == mutation.code
+    assert _refusal(mutation, run_result(bad) if flavour == "full" else bad).code == mutation.code
 
 
 def test_each_mutation_applies_to_the_reference_example(example_transport):
+    applied = []
     for mutation in MUTATIONS:
         try:
             bad = mutation.apply(example_transport)
         except MutationNotApplicable:
             continue
-        with pytest.raises(ContractError) as info:
-            plan_rollout(bad)
-        assert info.value.code == mutation.code, mutation.name
+        applied.append(mutation.name)
+        assert _refusal(mutation, bad).code == mutation.code, mutation.name
+    assert {"undecodable_image", "misstate_image_dimensions"} <= set(applied)  # its image is in Gym's form
 
 
 def test_legacy_images_are_binned_per_turn_from_input_and_observations():
