@@ -103,6 +103,25 @@ BROKEN = (
     "groups_by_arrival_position",
     "importance_weights_on_kl_term",
     "warmup_sets_only_first_param_group",
+    # sixth red team: the importance weights under a forced or disabled PPO ratio and k1's input / k3's output KL
+    # clamps had no scenario (force-on-policy-ratio-importance-sampling, disable-ppo-ratio-importance-sampling,
+    # kl-k1-input-clamp-binds, kl-k3-output-clamp-binds); the others were caught as they were
+    "force_on_policy_drops_importance_weights",
+    "reinforce_drops_importance_weights",
+    "kl_input_clamp_skipped_for_k1",
+    "kl_output_clamp_only_k1",
+    "skip_backward_without_trained_tokens",
+    "group_std_population",
+    "loo_baseline_whole_group_std",
+    "clip_each_parameter",
+    "manual_decay_with_base_lr",
+    "replay_routes_with_replay_off",
+    "assistant_mask_from_template",
+    "num_valid_samples_per_rollout",
+    "advantages_stats_over_sample_mask",
+    "per_rank_loss_normaliser",
+    "grad_norm_after_clip",
+    "lr_after_scheduler_step",
 )
 #: Backends that train right but report one loss metric wrong: `train.metric` must name `EXPECTED_KEY`.
 MISREPORTING = (
@@ -112,6 +131,8 @@ MISREPORTING = (
     "is_oob_ratio_over_all_positions",
     "mismatch_kl_always_k3",
     "reward_mean_over_physical_rows",
+    # sixth red team
+    "token_mult_prob_error_microbatch_mean",
 )
 #: Backends that fail outright: the run must end in a `backend.error` finding, not a crash.
 CRASHING = ("crashing_train_step", "malformed_result", "exits_the_process", "unprintable_error", "version_not_advanced",
