@@ -319,8 +319,12 @@ def check_gradient(report: Reporter, truth: StepTruth, measured: MeasuredStep, t
         dot += float((g * want).sum())
         norm2 += float((want * want).sum())
         diff2 += float((diff * diff).sum())
-    relative = math.sqrt(diff2 / norm2) if norm2 > 0 else (0.0 if diff2 == 0 else math.inf)
-    if not off and not relative > tol.gradient_norm_rtol:
+    # A relative error needs a nonzero expected gradient. Where the oracle's is exactly zero everywhere (every
+    # advantage 0 and the KL term at its minimum: ref == policy), a trainer's rounding (its reference logprobs from
+    # another batch layout than its training forward, say) leaves entries of ~1e-20 that no relative measure can
+    # judge; each entry's own absolute bound (gradient_atol plus the reading error) is then the whole check.
+    relative = math.sqrt(diff2 / norm2) if norm2 > 0 else None
+    if not off and (relative is None or not relative > tol.gradient_norm_rtol):
         return _second_moment_finding(report, measured)
     max_diff, name, want_v, got_v = max(off) if off else largest
     if measured.moments_agree() is False:
@@ -329,8 +333,9 @@ def check_gradient(report: Reporter, truth: StepTruth, measured: MeasuredStep, t
                        "the step), so the applied gradient cannot be read", expected="moments advanced by one update",
                        actual="moments that disagree", row=name)]
     ratio = f"; overall the applied gradient is {dot / norm2:.6g}x the expected one" if norm2 > 0 else ""
+    whole = "undefined (the oracle's gradient is exactly zero)" if relative is None else f"{relative:.3g}"
     return [report("train.gradient", f"{len(off)} of {len(expected)} parameter tensors off their bound, whole-model "
-                   f"relative error {relative:.3g}: the gradient the optimizer applied (read from AdamW's first "
+                   f"relative error {whole}: the gradient the optimizer applied (read from AdamW's first "
                    f"moment) differs from the oracle's clipped gradient; worst {name!r}, max |diff| "
                    f"{max_diff:.3g}{ratio}", expected=want_v, actual=got_v, row=name)]
 

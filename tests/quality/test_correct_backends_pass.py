@@ -54,6 +54,15 @@ CORRECT = (  # wrapped_policy (DDP-style names) has its own test in test_broken_
     "correct_tensor_lr",
     "correct_masked_advantage_rows",
     "correct_nemo_matrix_advantages",
+    # false-positive hunt 2 (tests/quality/fp_*.py): upstream frameworks' ways of writing the step
+    "fp_nemo_loss_fn",  # NeMo-RL's ClippedPGLossFn + DTensor worker loop; drew train.gradient on an all-zero gradient
+    "fp_packed_sequences",  # one packed sequence per micro-batch, block-diagonal attention, float64 -cross_entropy
+    "fp_megatron_expert_groups",  # Megatron-core's 4 groups (expert x no-decay), LambdaLR closure, set_to_none=False
+    "fp_ddp_replicas_ring_allreduce",  # a replica per rank, DDP buckets, ring all-reduce, grads as buffer views
+    "fp_dynamic_batching",  # token-budget micro-batches, dummy micro-batches x 0, tensor-accumulated metrics
+    "fp_functional_grad",  # torch.func.grad over functional_call, SUM all-reduce, functional clip
+    "fp_amp_grad_scaler",  # torch.amp.GradScaler dynamic loss scaling, unscale_ before clipping
+    "fp_left_padding",  # left-padded micro-batches, per-row position ids, key-padding attention mask
 )
 
 

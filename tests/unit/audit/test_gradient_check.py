@@ -119,6 +119,20 @@ def test_the_whole_model_bound_catches_what_no_single_entry_shows():
                           Tolerances.for_dtype("bfloat16")) == []
 
 
+def test_an_exactly_zero_expected_gradient_is_judged_entry_by_entry():
+    """Every advantage 0 and the KL at its minimum: the oracle's gradient is exactly 0 and no relative error is
+    defined. Rounding noise far inside each entry's absolute bound passes (a trainer whose reference logprobs come from
+    another batch layout than its training forward gets ~1e-20); a real gradient still fails its entries."""
+    zero = {k: torch.zeros_like(v) for k, v in _grads(0, torch.float64).items()}
+    noise = {k: torch.full_like(v, 7e-20) for k, v in zero.items()}
+    policy, optimizer, scheduler = _state()
+    assert check_gradient(REPORT, _truth(zero), _step(policy, optimizer, scheduler, noise), Tolerances()) == []
+    policy, optimizer, scheduler = _state()
+    [f] = check_gradient(REPORT, _truth(zero), _step(policy, optimizer, scheduler, _grads(0, torch.float64)),
+                         Tolerances())
+    assert "2 of 2 parameter tensors off their bound" in f.message and "exactly zero" in f.message
+
+
 def test_nothing_to_judge_without_the_oracles_gradient_or_a_reading():
     policy, optimizer, scheduler = _state()
     grads = _grads(0, torch.float64)
