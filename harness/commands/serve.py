@@ -34,13 +34,11 @@ def build_settings(mode: str | None, seed: int | None, settings_file: Path | Non
 
     data: dict[str, Any] = {}
     where = "server settings"
-    text: str | None = None
     if settings_file is not None:
-        from compactsim.harness.core.json_input import load_structured, read_text
+        from compactsim.harness.core.json_input import load_structured
 
         where = str(settings_file)
         loaded = load_structured(settings_file, what="server settings file")
-        text = read_text(settings_file, what="server settings file")  # read again only to name lines and columns
         if loaded is not None and not isinstance(loaded, dict):
             raise ConfigError("invalid_config", f"{settings_file}: expected a mapping of ServerSettings fields, "
                                                 f"got {_kind(loaded)}")
@@ -57,24 +55,26 @@ def build_settings(mode: str | None, seed: int | None, settings_file: Path | Non
         return ServerSettings.model_validate(data)
     except ValidationError as exc:
         from compactsim.harness.core.file_places import Positions
+        from compactsim.harness.core.json_input import read_text
 
-        places = Positions(text)
-        # a value an option gave is nowhere in the file
-        given = {loc for loc, value in ((("mode",), mode), (("seed",), seed), (("policy", "dtype"), dtype)) if value is not None}
-        violations = tuple(f"{'.'.join(map(str, e['loc'])) or '<settings>'}: {e['msg']}"
-                           f"{'' if tuple(e['loc'][:2]) in given or tuple(e['loc'][:1]) in given else _at(places, e)}"
+        # the text again, only on this path, to name each value's line and column; an option's value is not in it
+        places = Positions(None if settings_file is None else read_text(settings_file, what="server settings file"))
+        given = [loc for loc, value in ((("mode",), mode), (("seed",), seed), (("policy", "dtype"), dtype)) if value is not None]
+        violations = tuple(f"{'.'.join(map(str, e['loc'])) or '<settings>'}: {e['msg']}{_at(places, e, given)}"
                            for e in exc.errors(include_url=False))
         raise ConfigError("invalid_config", f"{where}: invalid server settings", violations=violations) from None
 
 
-def _at(places: Any, error: Any) -> str:
-    """`` (line L, column C)`` of a validation error's value in the settings file; "" without a file, or when the
-    place is not in it (a key a model adds, such as a union member's name)."""
-    loc = tuple(error["loc"])
-    missing = error["type"] == "missing"
-    line, column, field = places.find(loc, key=error["type"] == "extra_forbidden", missing=missing)
+def _at(places: Any, error: Any, given: list[tuple[str, ...]]) -> str:
+    """`` (line L, column C)`` of a validation error's value in the settings file; "" without a file, for a value an
+    option gave (a place in `given`), or when the place is not in the file (a key a model adds, such as a union
+    member's name)."""
     from compactsim.harness.core.json_input import format_field_path
 
+    loc = tuple(error["loc"])
+    if any(loc[:len(g)] == g for g in given):
+        return ""
+    line, column, field = places.find(loc, key=error["type"] == "extra_forbidden", missing=error["type"] == "missing")
     if line is None or field != format_field_path(list(loc)):
         return ""
     return f" (line {line}, column {column})"
