@@ -131,8 +131,10 @@ class ScenarioEvent:
 class ScenarioRun:
     """One scenario's record, the files it produced (relative to its directory under `scenarios/`) and its step data.
 
-    The step data is what those files hold, as plain JSON data (never in `summary.json`): a
-    consumer reads it here instead of parsing files whose layout may change.
+    The step data is what those files hold, read back as plain JSON data on each access (never in
+    `summary.json`): a consumer reads it here instead of parsing files whose layout may change. It is
+    decoded only when asked for: most runs never read it, and the ground-truth logs are the larger part
+    of a run's bytes (decoding them every time cost ~5% of a scenario's run).
     """
 
     record: ScenarioRecord
@@ -141,12 +143,32 @@ class ScenarioRun:
     #: The scenario as run (seed and step cap applied), as ``scenario.json`` holds it (mapping keys sorted);
     #: None when it could not be prepared.
     scenario: Any = None
-    #: Per collected step: the Gym `/run` results in the order the backend received them (``results/``).
-    results_by_step: tuple[tuple[dict[str, Any], ...], ...] = ()
-    #: Per collected step: every rollout as ``{rollout_id, status, ground_truth}`` (``rollouts/``).
-    rollouts_by_step: tuple[tuple[dict[str, Any], ...], ...] = ()
-    #: Per trained step: ``{"step": k, <metric>: value}``, non-finite floats as "nan"/"inf"/"-inf" (``metrics.jsonl``).
-    metrics_by_step: tuple[dict[str, Any], ...] = ()
+
+    @property
+    def results_by_step(self) -> tuple[tuple[dict[str, Any], ...], ...]:
+        """Per collected step: the Gym `/run` results in the order the backend received them (``results/``)."""
+        return self._by_step("results")
+
+    @property
+    def rollouts_by_step(self) -> tuple[tuple[dict[str, Any], ...], ...]:
+        """Per collected step: every rollout as ``{rollout_id, status, ground_truth}`` (``rollouts/``)."""
+        return self._by_step("rollouts")
+
+    @property
+    def metrics_by_step(self) -> tuple[dict[str, Any], ...]:
+        """Per trained step: ``{"step": k, <metric>: value}``, non-finite floats as "nan"/"inf"/"-inf" (``metrics.jsonl``)."""
+        data = self.files.get("metrics.jsonl")
+        return () if data is None else _read_jsonl(data)
+
+    def _by_step(self, folder: str) -> tuple[tuple[dict[str, Any], ...], ...]:
+        steps = []
+        while (data := self.files.get(f"{folder}/step-{len(steps):04d}.jsonl")) is not None:
+            steps.append(_read_jsonl(data))
+        return tuple(steps)
+
+
+def _read_jsonl(data: bytes) -> tuple[dict[str, Any], ...]:
+    return tuple(json.loads(line) for line in data.splitlines())
 
 
 @dataclass(slots=True)
@@ -155,15 +177,10 @@ class _RunData:
 
     files: dict[str, bytes] = field(default_factory=dict)
     scenario: Any = None
-    results: list[tuple[dict[str, Any], ...]] = field(default_factory=list)
-    rollouts: list[tuple[dict[str, Any], ...]] = field(default_factory=list)
-    metrics: tuple[dict[str, Any], ...] = ()
 
     def scenario_run(self, record: ScenarioRecord, audit: AuditReport | None) -> ScenarioRun:
-        """The immutable run (step data as tuples)."""
-        return ScenarioRun(record=record, files=self.files, audit=audit, scenario=self.scenario,
-                           results_by_step=tuple(self.results), rollouts_by_step=tuple(self.rollouts),
-                           metrics_by_step=self.metrics)
+        """The immutable run."""
+        return ScenarioRun(record=record, files=self.files, audit=audit, scenario=self.scenario)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -370,10 +387,9 @@ def _observe_result(result: Any, k: int, measured: MeasuredStep) -> tuple[Observ
     return step, npz, meta_to_json(meta).encode("utf-8")
 
 
-def _jsonl(rows: Sequence[Mapping[str, Any]]) -> tuple[bytes, tuple[dict[str, Any], ...]]:
-    """JSON-lines bytes of `rows`, and those lines read back (equal to the file, whatever mutates `rows` later)."""
-    lines = [json.dumps(r, sort_keys=True, separators=(",", ":")) for r in rows]
-    return "".join(line + "\n" for line in lines).encode("utf-8"), tuple(json.loads(line) for line in lines)
+def _jsonl(rows: Sequence[Mapping[str, Any]]) -> bytes:
+    """JSON-lines bytes of `rows` (what `ScenarioRun` reads its step data back from)."""
+    return "".join(json.dumps(r, sort_keys=True, separators=(",", ":")) + "\n" for r in rows).encode("utf-8")
 
 
 class _Clock:
@@ -528,12 +544,10 @@ def _execute(
                 results = step_results(scenario, k, collected, generation_version=versions)
             with clock.stage("write"):
                 # the agents' ground truth (the oracle's input) and what the trainer received (results/)
-                files[f"rollouts/step-{k:04d}.jsonl"], rollouts = _jsonl(
+                files[f"rollouts/step-{k:04d}.jsonl"] = _jsonl(
                     [{"rollout_id": c.rollout_id, "status": c.status, "ground_truth": c.ground_truth}
                      for c in collected])
-                files[f"results/step-{k:04d}.jsonl"], received = _jsonl(results)
-                data.rollouts.append(rollouts)
-                data.results.append(received)
+                files[f"results/step-{k:04d}.jsonl"] = _jsonl(results)
             trained = _backend_step(backend, state, results, cfg, k, clock)
             if isinstance(trained, ObservedError):
                 error = trained
@@ -554,7 +568,7 @@ def _execute(
                 error = refused
                 break
     metrics_lines = [{"step": st.step, **{k2: _num(v) for k2, v in st.metrics.items()}} for st in steps]
-    files["metrics.jsonl"], data.metrics = _jsonl(metrics_lines)
+    files["metrics.jsonl"] = _jsonl(metrics_lines)
     return ObservedRun(steps=tuple(steps), error=error), logs_by_step, rows
 
 

@@ -16,7 +16,7 @@ from compactsim.harness.pipeline.trainer import StepResult, TrainState
 from tests.quality._patching import step_with_group_changes
 
 EXPECTED_CHECK = "train.update"
-SCENARIO = "scripted-three-steps"
+SCENARIO = "warmup-weight-decay-no-clip"
 
 
 class Backend(ReferenceBackend):

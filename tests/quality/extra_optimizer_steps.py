@@ -8,7 +8,7 @@ from compactsim.harness.pipeline.train_config import TrainerConfig
 from compactsim.harness.pipeline.trainer import StepResult, TrainState
 
 EXPECTED_CHECK = "counts.optimizer"
-SCENARIO = "scripted-three-steps"
+SCENARIO = "warmup-weight-decay-no-clip"
 
 
 class Backend(ReferenceBackend):

@@ -17,7 +17,7 @@ from compactsim.harness.pipeline.train_config import TrainerConfig
 from compactsim.harness.pipeline.trainer import StepResult, TrainState
 
 EXPECTED_CHECK = "train.continuity"
-SCENARIO = "scripted-three-steps"
+SCENARIO = "warmup-weight-decay-no-clip"
 
 
 class Backend(ReferenceBackend):

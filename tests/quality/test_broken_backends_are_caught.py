@@ -279,18 +279,23 @@ def test_a_crashing_backend_does_not_stop_the_suite_and_the_outputs_are_written(
 
 
 def test_never_updating_backend_is_named_at_every_step_with_the_tensor():
-    rec = record_of("scripted-three-steps", "tests.quality.never_updates:Backend")
+    from tests.quality import never_updates as mod
+
+    rec = record_of(mod.SCENARIO, f"{mod.__name__}:Backend")
     updates = [f for f in rec.findings if f.check == "train.update"]
     assert [f.step for f in updates] == [0, 1, 2]
     assert all("the update was never applied" in f.message and f.row for f in updates)
 
 
 def test_extra_optimizer_steps_are_measured_not_taken_from_the_backends_report():
-    rec = record_of("scripted-three-steps", "tests.quality.extra_optimizer_steps:Backend")
+    """One extra `optimizer.step()` per physical row beyond the first: the scenario trains 2 rows a step."""
+    from tests.quality import extra_optimizer_steps as mod
+
+    rec = record_of(mod.SCENARIO, f"{mod.__name__}:Backend")
     counts = [f for f in rec.findings if f.check == "counts.optimizer"]
     reported = [f for f in rec.findings if f.check == "counts.reported"]
-    assert [(f.step, f.expected, f.actual) for f in counts] == [(0, 1, 8), (1, 1, 8), (2, 1, 8)]
-    assert [(f.step, f.expected, f.actual) for f in reported] == [(0, 8, 1.0), (1, 8, 1.0), (2, 8, 1.0)]
+    assert [(f.step, f.expected, f.actual) for f in counts] == [(0, 1, 2), (1, 1, 2), (2, 1, 2)]
+    assert [(f.step, f.expected, f.actual) for f in reported] == [(0, 2, 1.0), (1, 2, 1.0), (2, 2, 1.0)]
 
 
 def test_a_gradient_scale_a_float32_update_hides_is_measured_from_the_optimizer_state():
@@ -339,7 +344,9 @@ def test_compactsim_run_fails_on_a_broken_backend_with_the_right_finding(tmp_pat
 
 def test_optimizer_state_drift_is_caught_at_the_step_where_it_drifts():
     """The oracle carries its own AdamW moments: lost moments change nothing at step 0 and everything after."""
-    rec = record_of("scripted-three-steps", "tests.quality.moments_reset:Backend")
+    from tests.quality import moments_reset as mod
+
+    rec = record_of(mod.SCENARIO, f"{mod.__name__}:Backend")
     assert sorted({f.step for f in rec.findings}) == [1, 2]
     assert {f.check for f in rec.findings} == {"train.update", "train.continuity"}
     # the moments disagree on one gradient: named as a reset, not as a wrong gradient
