@@ -30,7 +30,7 @@ from compactsim.harness.pipeline.trainer import check_batch
 from tests.quality._fp_common import finish, row_images, update_counter
 from tests.quality.fp_nemo_loss_fn import ClippedPGLossFn, next_token_logprobs
 
-SCENARIO = "scripted-three-steps"
+SCENARIO = "layout-dp2-kl-steps-clip-binds"  # three steps on two ranks where clipping binds: the scaler must unscale first
 
 _SCALERS: "weakref.WeakKeyDictionary[torch.optim.Optimizer, torch.amp.GradScaler]" = weakref.WeakKeyDictionary()
 
