@@ -552,24 +552,30 @@ def check_cumulative_counts(report: Reporter, steps: Sequence[ObservedStep], key
 #: schema's cap on the divisor): a bound on S_pad from the rows alone, for `float32_logging_bound`.
 _MAX_PAD_POSITIONS = 1024
 
+#: How far, relative to its size, a quantity NeMo-RL computes or logs in float32 may be from the oracle's float64
+#: value whatever the trainer's precision. Each float32 term is within 2^-24 of its value and a float32 sum of n
+#: terms within about log2(n)·2^-24 of Σ|terms|; 2^-16 covers both with room and stays far below what a wrong
+#: quantity moves (a masked instead of an unmasked sum, a value after instead of before clipping, a rank or a
+#: rollout counted twice). Used for `advantages/*` (`float32_logging_bound`), the `reward` metric
+#: (`check_reported_reward`) and the gradient norm (`training_checks`).
+FLOAT32_LOGGING_RTOL = 2.0**-16
+
 
 def float32_logging_bound(key: str, expected: ExpectedStep) -> float:
     """How far NeMo-RL's own logging of `key` may be from the oracle's float64 value: 0 except for `advantages/*`,
     which its driver computes from ``advantages.float()`` (nemo-rl-semantics §3.7), so a faithful trainer logs them
     with float32 rounding whatever its precision.
 
-    Each float32 term is within 2^-24 of its value and a float32 sum of n terms within about log2(n)·2^-24 of
-    Σ|terms|; 2^-16 covers both with room and stays far below what a wrong quantity moves (a masked instead of an
-    unmasked sum, a value before instead of after clipping). Σ|terms| is bounded from the rows alone: S_pad ≤ the
-    longest row + `_MAX_PAD_POSITIONS` positions per row for the sum, max|A| for the mean and the extrema.
+    `FLOAT32_LOGGING_RTOL` of Σ|terms|, which is bounded from the rows alone: S_pad ≤ the longest row +
+    `_MAX_PAD_POSITIONS` positions per row for the sum, max|A| for the mean and the extrema.
     """
     if key not in (M.ADVANTAGES_SUM, M.ADVANTAGES_MEAN, M.ADVANTAGES_MIN, M.ADVANTAGES_MAX) or not expected.rows:
         return 0.0
     largest = max(abs(float(r.advantage)) for r in expected.rows)
     if key != M.ADVANTAGES_SUM:
-        return 2.0**-16 * largest
+        return FLOAT32_LOGGING_RTOL * largest
     width = max(len(r.input_ids) for r in expected.rows) + _MAX_PAD_POSITIONS
-    return 2.0**-16 * width * math.fsum(abs(float(r.advantage)) for r in expected.rows)
+    return FLOAT32_LOGGING_RTOL * width * math.fsum(abs(float(r.advantage)) for r in expected.rows)
 
 
 def check_exact_metrics(report: Reporter, expected: ExpectedStep, observed: ObservedStep, tol: Tolerances) -> list[Finding]:
@@ -590,21 +596,28 @@ def check_exact_metrics(report: Reporter, expected: ExpectedStep, observed: Obse
 def check_reported_reward(report: Reporter, rollouts: Sequence[ExpectedRollout], metrics: Mapping[str, Any],
                           tol: Tolerances) -> list[Finding]:
     """`M.REWARD`, when the backend reports it, is the mean of the step's logical rollouts' rewards (masked ones
-    included: `mask_sample` drops a rollout from the loss, not from the batch's rewards).
+    included: `mask_sample` drops a rollout from the loss, not from the batch's rewards), within the metric
+    tolerance or float32's (`FLOAT32_LOGGING_RTOL` of the largest |reward|): NeMo-RL's driver holds the rewards in
+    a float32 tensor (``torch.tensor`` of Python floats) and logs their ``np.mean``.
 
     A mean over physical rows weighs a compacted rollout by its row count (and padding rows by a reward of 0):
     the dashboard then drifts the first time a step splits a rollout, though training is right.
     """
     got = metrics.get(M.REWARD)
-    rewards = [float(r.reward) for r in rollouts if r.reward is not None]
-    if got is None or isinstance(got, bool) or not isinstance(got, (int, float)) or not rewards:
+    scored = [r for r in rollouts if r.reward is not None]
+    if got is None or isinstance(got, bool) or not isinstance(got, (int, float)) or not scored:
         return []
+    rewards = [float(r.reward) for r in scored]  # type: ignore[arg-type]
     want = math.fsum(rewards) / len(rewards)
-    if close(float(got), want, tol.metric_atol, tol.metric_rtol):
+    got = float(got)
+    if close(got, want, tol.metric_atol, tol.metric_rtol) or abs(got - want) <= FLOAT32_LOGGING_RTOL * max(map(abs, rewards)):
         return []
-    return [report("train.metric", f"{M.REWARD} = {float(got)!r}; the mean reward of the step's {len(rewards)} "
-                                   f"logical rollouts is {want!r} (a mean over physical rows weighs a split rollout "
-                                   "by its rows)", expected=want, actual=float(got))]
+    rows = [max(len(r.traces), 1) for r in scored]
+    by_rows = math.fsum(w * x for w, x in zip(rows, rewards)) / sum(rows)
+    why = (" (it is their mean over physical rows, which weighs a split rollout by its rows)"
+           if by_rows != want and close(got, by_rows, tol.metric_atol, tol.metric_rtol) else "")
+    return [report("train.metric", f"{M.REWARD} = {got!r}; the mean reward of the step's {len(rewards)} "
+                                   f"logical rollouts is {want!r}{why}", expected=want, actual=got)]
 
 
 def check_metric_expectations(
@@ -654,6 +667,7 @@ def _metric_finding(report: Reporter, e: MetricExpectation, actual: float | None
 
 
 __all__ = [
+    "FLOAT32_LOGGING_RTOL",
     "Reporter",
     "Tolerances",
     "check_counts",

@@ -129,6 +129,9 @@ class ExpectedTrainingStep:
     #: Parameter name → the gradient the optimizer must apply: after the dp all-reduce and clipping
     #: (float64 tensors); None where not computed.
     clipped_gradient: Any = field(default=None, repr=False)
+    #: The factor clipping scaled the gradient by, min(1, max_grad_norm / (grad_norm + 1e-6)); None when
+    #: clipping is off (``max_grad_norm: null``) or not computed.
+    clip_coefficient: float | None = None
     #: Names of the parameters no trained row reached (autograd left their gradient None): the only ones
     #: an update may leave out.
     unreached: frozenset[str] = frozenset()

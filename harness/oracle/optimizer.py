@@ -68,12 +68,18 @@ def global_norm(grads: Mapping[str, torch.Tensor]) -> float:
     return math.sqrt(math.fsum(float((g.to(torch.float64) ** 2).sum()) for g in grads.values()))
 
 
+def clip_coefficient(norm: float, max_norm: float | None) -> float | None:
+    """The factor clipping scales the gradient by, ``min(1, max_norm / (norm + 1e-6))`` (torch's
+    `clip_grad_norm_`, which NeMo-RL calls); None when clipping is off."""
+    return None if max_norm is None else min(1.0, max_norm / (norm + CLIP_EPS))
+
+
 def clip(grads: Mapping[str, torch.Tensor], max_norm: float | None) -> tuple[dict[str, torch.Tensor], float]:
     """(clipped gradients, norm before clipping)."""
     norm = global_norm(grads)
-    if max_norm is None:
+    scale = clip_coefficient(norm, max_norm)
+    if scale is None:
         return dict(grads), norm
-    scale = min(1.0, max_norm / (norm + CLIP_EPS))
     return {k: g * scale for k, g in grads.items()}, norm
 
 
@@ -134,5 +140,5 @@ def adamw_update(
     return out, new
 
 
-__all__ = ["CLIP_EPS", "AdamState", "adamw_update", "clip", "global_norm", "learning_rate", "megatron_no_decay",
+__all__ = ["CLIP_EPS", "AdamState", "adamw_update", "clip", "clip_coefficient", "global_norm", "learning_rate", "megatron_no_decay",
            "weight_decays"]

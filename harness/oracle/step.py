@@ -36,7 +36,7 @@ from compactsim.harness.core.expectations import ExpectedRow
 from compactsim.harness.core.expectations import ExpectedTrainingStep as StepTruth
 from compactsim.harness.core.policy import TinyPolicy
 from compactsim.harness.oracle.rows import decode_rgb
-from compactsim.harness.oracle.optimizer import AdamState, adamw_update, clip, learning_rate, weight_decays
+from compactsim.harness.oracle.optimizer import AdamState, adamw_update, clip, clip_coefficient, learning_rate, weight_decays
 from compactsim.harness.oracle.step_loss import NORMALIZER_EPS, row_loss
 from compactsim.harness.oracle.step_metrics import RowTokens, loss_metrics
 from compactsim.harness.oracle.step_settings import StepSettings
@@ -152,6 +152,7 @@ def expected_step(
         **asdict(diagnostics),
         params_after=after,
         clipped_gradient=clipped,
+        clip_coefficient=clip_coefficient(norm, settings.optimizer.max_grad_norm),
         unreached=unreached,
         adam_betas=tuple(settings.optimizer.betas),
         adam_eps=settings.optimizer.eps,

@@ -431,6 +431,16 @@ def test_a_reported_reward_is_the_mean_over_logical_rollouts_not_rows():
     f = only(audit(with_metrics(artifact(), {"reward": 2 / 3})).findings)
     assert (f.check, f.step, f.expected, f.actual) == ("train.metric", 0, 0.5, 2 / 3)
     assert f.message.startswith("reward = 0.6666666666666666; the mean reward of the step's 2 logical rollouts is 0.5")
+    assert f.message.endswith("(it is their mean over physical rows, which weighs a split rollout by its rows)")
+
+
+def test_a_reported_reward_may_carry_float32_rounding_and_a_wrong_one_is_named_as_it_is():
+    """NeMo-RL's driver holds rewards in a float32 tensor and logs np.mean of it: within 2^-16 of the largest
+    |reward| passes; beyond, the finding does not call the value a mean over rows when it is not one."""
+    assert audit(with_metrics(artifact(), {"reward": 0.5 + 1e-6})).findings == ()
+    f = only(audit(with_metrics(artifact(), {"reward": 0.5 + 1e-3})).findings)
+    assert (f.check, f.expected, f.actual) == ("train.metric", 0.5, 0.5 + 1e-3)
+    assert f.message == "reward = 0.501; the mean reward of the step's 2 logical rollouts is 0.5"
 
 
 def test_advantage_metrics_accept_the_float32_rounding_of_nemo_rls_own_logging():

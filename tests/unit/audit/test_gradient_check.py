@@ -106,6 +106,21 @@ def test_a_right_gradient_has_no_finding_and_a_scaled_one_is_named_with_its_rati
     assert "the applied gradient is 1.5x the expected one" in f.message
 
 
+def test_a_clip_coefficient_from_a_float32_norm_passes_where_clipping_binds_and_nowhere_else():
+    """NeMo-RL's DTensor v1 worker and Automodel clip with a norm summed in float32: the whole gradient is off the
+    oracle's by one common factor within 2^-16 of 1. Where clipping binds that passes; a factor of 1 + 1e-4, or the
+    same 1 + 2e-6 where clipping did not bind, is a finding."""
+    grads = _grads(2, torch.float64)
+    binding = replace(_truth(grads), clip_coefficient=0.5)
+    for truth, factor, found in ((binding, 1 + 2e-6, False), (binding, 1 - 1e-5, False), (binding, 1 + 1e-4, True),
+                                 (replace(binding, clip_coefficient=1.0), 1 + 2e-6, True),
+                                 (replace(binding, clip_coefficient=None), 1 + 2e-6, True)):
+        policy, optimizer, scheduler = _state()
+        measured = _step(policy, optimizer, scheduler, {k: factor * v for k, v in grads.items()})
+        findings = check_gradient(REPORT, truth, measured, Tolerances())
+        assert [f.check for f in findings] == (["train.gradient"] if found else []), (truth.clip_coefficient, factor)
+
+
 def test_the_whole_model_bound_catches_what_no_single_entry_shows():
     """bfloat16 entries are judged loosely (4x their tensor's largest), the whole model at 0.25: a gradient
     at 1.4x passes every entry and fails the whole."""

@@ -113,12 +113,26 @@ def test_a_parameters_own_counter_reset_between_steps_breaks_continuity():
 
 
 def test_learning_rate_loss_and_grad_norm_are_compared_with_the_oracle():
-    findings = check_step_quantities(REPORT, TRUTH, _measured(lr=2e-3), {"loss": 0.25, "grad_norm": 2.0 + 1e-6, "lr": 2e-3},
+    findings = check_step_quantities(REPORT, TRUTH, _measured(lr=2e-3), {"loss": 0.25, "grad_norm": 2.0 + 1e-3, "lr": 2e-3},
                                      Tolerances())
     assert [(f.check, f.expected, f.actual) for f in findings] == [
-        ("train.lr", 1e-3, 2e-3), ("train.lr", 1e-3, 2e-3), ("train.loss", 0.5, 0.25), ("train.grad_norm", 2.0, 2.0 + 1e-6)]
+        ("train.lr", 1e-3, 2e-3), ("train.lr", 1e-3, 2e-3), ("train.loss", 0.5, 0.25), ("train.grad_norm", 2.0, 2.0 + 1e-3)]
     [missing] = check_step_quantities(REPORT, TRUTH, _measured(), {"loss": 0.5, "lr": 1e-3}, Tolerances())
     assert (missing.check, missing.message) == ("metric.missing", "the step did not report grad_norm")
+
+
+def test_a_grad_norm_as_nemo_rls_workers_report_it_passes():
+    """Handed over or summed in float32 (within 2^-16 relative), or Automodel's 0.0 when clipping is off; a 0.0 where
+    clipping is on, or a norm 5e-5 off, is still a finding."""
+    clipping = replace(TRUTH, clip_coefficient=0.5)
+    for truth in (TRUTH, clipping):
+        for norm in (float(torch.tensor(2.0 + 3e-7, dtype=torch.float32)), 2.0 * (1 + 1.5e-5)):
+            assert check_step_quantities(REPORT, truth, _measured(), {**GOOD, "grad_norm": norm}, Tolerances()) == []
+        [f] = check_step_quantities(REPORT, truth, _measured(), {**GOOD, "grad_norm": 2.0 * (1 + 5e-5)}, Tolerances())
+        assert f.check == "train.grad_norm"
+    assert check_step_quantities(REPORT, TRUTH, _measured(), {**GOOD, "grad_norm": 0.0}, Tolerances()) == []
+    [f] = check_step_quantities(REPORT, clipping, _measured(), {**GOOD, "grad_norm": 0.0}, Tolerances())
+    assert (f.check, f.expected, f.actual) == ("train.grad_norm", 2.0, 0.0)
 
 
 def test_update_finding_names_the_worst_tensor_and_says_when_nothing_moved():
