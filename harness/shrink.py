@@ -27,11 +27,11 @@ def num_turns(scenario: Any) -> int:
 def num_calls(scenario: Any) -> int:
     """Model calls of the whole scenario: steps × groups × group size × turns (overrides included)."""
     total = 0
-    for group in range(scenario.groups):
-        for index in range(scenario.group_size):
-            script = scenario.setting("script", group, index)
-            total += int(script.num_turns)
-    return total * scenario.steps
+    for step in range(scenario.steps):
+        for group in range(scenario.groups):
+            for index in range(scenario.group_size):
+                total += int(scenario.setting("script", group, index, step=step).num_turns)
+    return total
 
 
 def _cut_script(script: dict[str, Any], turns: int) -> dict[str, Any]:

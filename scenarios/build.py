@@ -94,11 +94,11 @@ def rollout_seed(scenario: Scenario, slot: RolloutSlot) -> int:
 def rollout_spec(scenario: Scenario, slot: RolloutSlot) -> RolloutSpec:
     """The agents' spec of one rollout, overrides applied."""
     g, i, t = slot.group, slot.index, scenario.task_of(slot.group)
-    script_spec = scenario.setting("script", g, i)
+    script_spec = scenario.setting("script", g, i, step=slot.step)
     script = script_spec.build(derive_int(scenario.seed, "scenario.script", group=t))  # groups of one task: one script
     if scenario.groups > 1:
         script = script.model_copy(update={"task": f"{script.task} [task {t}]"})
-    max_output_tokens = scenario.setting("max_output_tokens", g, i)
+    max_output_tokens = scenario.setting("max_output_tokens", g, i, step=slot.step)
     return RolloutSpec(
         rollout_id=slot.rollout_id,
         group_id=slot.group_id,
@@ -107,10 +107,10 @@ def rollout_spec(scenario: Scenario, slot: RolloutSlot) -> RolloutSpec:
         attempt_index=0,
         seed=rollout_seed(scenario, slot),
         script=script,
-        context_history=resolve_compaction(scenario.setting("compaction", g, i)),
-        flavour=scenario.setting("flavour", g, i),
-        max_steps=scenario.setting("max_steps", g, i),
-        send_required_prefix=scenario.setting("send_required_prefix", g, i),
+        context_history=resolve_compaction(scenario.setting("compaction", g, i, step=slot.step)),
+        flavour=scenario.setting("flavour", g, i, step=slot.step),
+        max_steps=scenario.setting("max_steps", g, i, step=slot.step),
+        send_required_prefix=scenario.setting("send_required_prefix", g, i, step=slot.step),
         sampling=SamplingConfig(max_output_tokens=max_output_tokens),
         endpoint=scenario.endpoint,
     )

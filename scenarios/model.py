@@ -13,7 +13,7 @@ Rollouts are addressed by (step, group, index): rollout ``s{step}-g{group}-r{ind
 with the same task number share the task id and the first prompt, as when a step draws one task
 twice, yet keep their own group ids). Every rollout of a group runs the same script
 unless an entry of `rollouts` overrides it, so "only some rollouts of a group compact" is one
-override.
+override; an override's `steps` limits it to those optimizer steps ("text-only until step 2").
 """
 
 from __future__ import annotations
@@ -189,10 +189,13 @@ def _check_compaction(ref: CompactionRef | None) -> CompactionRef | None:
 
 
 class RolloutOverride(_Strict):
-    """Changes for the rollouts at `index` of one group (`group`) or of every group (`group: null`)."""
+    """Changes for the rollouts at `index` of one group (`group`) or of every group (`group: null`), at the
+    optimizer steps `steps` (every step when null): a step of text-only rollouts among steps with images,
+    say, leaves the image parameters without a gradient for that step."""
 
     index: StrictInt = Field(ge=0, lt=MAX_GROUP_SIZE)
     group: StrictInt | None = Field(None, ge=0, lt=MAX_GROUPS)
+    steps: tuple[Annotated[StrictInt, Field(ge=0, lt=MAX_STEPS)], ...] | None = None
     script: ScriptSpec | None = None
     compaction: CompactionRef | None = None
     flavour: Flavour | None = None
@@ -205,8 +208,9 @@ class RolloutOverride(_Strict):
     def _compaction(cls, v: CompactionRef | None) -> CompactionRef | None:
         return _check_compaction(v)
 
-    def applies(self, group: int, index: int) -> bool:
-        return self.index == index and (self.group is None or self.group == group)
+    def applies(self, group: int, index: int, step: int) -> bool:
+        return (self.index == index and (self.group is None or self.group == group)
+                and (self.steps is None or step in self.steps))
 
 
 # ---------------------------------------------------------------------------------------------- rewards
@@ -449,6 +453,12 @@ class Scenario(_Strict):
                 problems.append(f"rollouts[{k}].index={o.index} is outside the group (group_size={self.group_size})")
             if o.group is not None and o.group >= self.groups:
                 problems.append(f"rollouts[{k}].group={o.group} is outside groups={self.groups}")
+            if o.steps is not None:
+                outside = sorted({t for t in o.steps if t >= self.steps})
+                if outside:
+                    problems.append(f"rollouts[{k}].steps names steps {outside} outside steps={self.steps}")
+                if len(set(o.steps)) != len(o.steps) or not o.steps:
+                    problems.append(f"rollouts[{k}].steps {list(o.steps)} must list each step once (null: every step)")
         if self.tasks is not None and len(self.tasks) != self.groups:
             problems.append(f"tasks {list(self.tasks)} has {len(self.tasks)} task number(s); give one per group "
                             f"(groups={self.groups})")
@@ -486,7 +496,7 @@ class Scenario(_Strict):
         if m is not None and c is not None and (m.step, m.group, m.index) == (c.step, c.group, c.index):
             problems.append("mutation and corruption target the same rollout; aim them at different rollouts")
         if m is not None and m.group < self.groups and m.index < self.group_size:
-            flavour = self.setting("flavour", m.group, m.index)
+            flavour = self.setting("flavour", m.group, m.index, step=m.step)
             if flavour == "none":
                 problems.append(f"mutation {m.name!r} edits contract records; its target rollout has flavour 'none'")
             elif m.name == "unknown_schema_version" and flavour == "gym-pr2870":
@@ -525,11 +535,11 @@ class Scenario(_Strict):
 
     # ------------------------------------------------------------------ resolved views
 
-    def override(self, group: int, index: int) -> RolloutOverride | None:
-        """The last override entry that applies to (group, index), or None."""
+    def override(self, group: int, index: int, *, step: int) -> RolloutOverride | None:
+        """The last override entry that applies to (group, index) at `step`, or None."""
         found = None
         for o in self.rollouts:
-            if o.applies(group, index):
+            if o.applies(group, index, step):
                 found = o
         return found
 
@@ -537,9 +547,9 @@ class Scenario(_Strict):
         """The task number group `group` asks (`tasks[group]`, else `group`)."""
         return self.tasks[group] if self.tasks is not None else group
 
-    def setting(self, name: str, group: int, index: int) -> Any:
-        """A per-rollout setting: the override's value when it sets one, else the scenario's."""
-        o = self.override(group, index)
+    def setting(self, name: str, group: int, index: int, *, step: int) -> Any:
+        """A per-rollout setting at `step`: the override's value when it sets one, else the scenario's."""
+        o = self.override(group, index, step=step)
         value = getattr(o, name) if o is not None else None
         return value if value is not None else getattr(self, name)
 

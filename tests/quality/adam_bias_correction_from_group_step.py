@@ -8,7 +8,8 @@ image patch projection through text-only steps) takes its first update ``(1 − 
 times torch's: 0.64x after two skipped steps, 0.49x after nine, 2.5x after 999. The per-parameter ``step`` counters are
 kept as torch keeps them, so they read right. A parameter stepped at every step — every parameter of a run whose batches
 all carry images, or all none — is updated exactly as torch updates it, so only a run whose batches change from
-text-only to multimodal between steps can show it.
+text-only to multimodal between steps can show it (the seventh red team found no such scenario; a rollout override's
+`steps` now makes one).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from compactsim.harness.pipeline.backend import ReferenceBackend
 from tests.quality._alt_trainer import Knobs, train_step
 
 EXPECTED_CHECK = "train.update"
-SCENARIO = "warmup-weight-decay-no-clip"  # passes: every step carries images, and no scenario varies that by step
+SCENARIO = "image-parameters-idle-two-steps"  # text-only steps 0-1, screenshots at step 2 (an override's `steps`)
 
 
 def _group_counted(optimizer: torch.optim.Optimizer, group_steps: dict[int, int]):

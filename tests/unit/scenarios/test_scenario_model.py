@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from pydantic import ValidationError
 
@@ -42,10 +44,24 @@ def test_overrides_apply_per_rollout_index_and_group():
     s = _s(groups=2, group_size=3, compaction="recency-images-k1", max_steps=5,
            rollouts=[{"index": 0, "compaction": "identity"}, {"index": 2, "group": 1, "flavour": "gym-pr2870",
                                                               "max_steps": 2}])
-    assert [s.setting("compaction", g, i) for g in range(2) for i in range(3)] == [
+    assert [s.setting("compaction", g, i, step=0) for g in range(2) for i in range(3)] == [
         "identity", "recency-images-k1", "recency-images-k1", "identity", "recency-images-k1", "recency-images-k1"]
-    assert s.setting("flavour", 1, 2) == "gym-pr2870" and s.setting("flavour", 0, 2) == "gym-0.7.0-transport"
-    assert (s.setting("max_steps", 1, 2), s.setting("max_steps", 0, 2)) == (2, 5)
+    assert s.setting("flavour", 1, 2, step=0) == "gym-pr2870" and s.setting("flavour", 0, 2, step=0) == "gym-0.7.0-transport"
+    assert (s.setting("max_steps", 1, 2, step=0), s.setting("max_steps", 0, 2, step=0)) == (2, 5)
+
+
+def test_an_override_with_steps_applies_at_those_steps_only():
+    """Text-only rollouts at steps 0 and 1, screenshots at step 2: the image parameters get no gradient for two
+    steps, then one."""
+    text = {"generate": {"turns": 2, "images_per_observation": 0}}
+    s = _s(steps=3, group_size=2, rollouts=[{"index": i, "steps": [0, 1], "script": text} for i in range(2)])
+    assert [s.setting("script", 0, 1, step=k).generate.images_per_observation for k in range(3)] == [0, 0, 1]
+    assert Scenario.model_validate(s.to_data()) == s
+    for steps, problem in (([3], "rollouts[0].steps names steps [3] outside steps=3"),
+                           ([1, 1], "rollouts[0].steps [1, 1] must list each step once"),
+                           ([], "rollouts[0].steps [] must list each step once")):
+        with pytest.raises(ValueError, match=re.escape(problem)):
+            _s(steps=3, rollouts=[{"index": 0, "steps": steps, "script": text}])
 
 
 def test_trainer_values_merge_overrides_over_one_step_per_logical_batch_defaults():
