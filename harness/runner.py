@@ -254,6 +254,8 @@ def prepare_scenario(scenario: Any, options: RunOptions) -> Any:
         data["steps"] = options.max_steps
         if data.get("metrics"):
             data["metrics"] = scale_step_counts(data["metrics"], scenario.steps, options.max_steps)
+        if data.get("rollouts"):
+            data["rollouts"] = _overrides_within(data["rollouts"], options.max_steps)
     if options.precision is not None:
         p = options.precision
         data["trainer"] = deep_merge(data.get("trainer") or {}, {"policy": {"precision": p, "logprob_dtype": p}})
@@ -262,6 +264,18 @@ def prepare_scenario(scenario: Any, options: RunOptions) -> Any:
     if data == scenario.to_data():
         return scenario
     return _with_source(Scenario.model_validate(data), scenario_source(scenario))
+
+
+def _overrides_within(overrides: Sequence[Mapping[str, Any]], steps: int) -> list[dict[str, Any]]:
+    """Rollout overrides (as data) under a step cap: the steps the cap cuts off left out of each one's `steps`,
+    and one left with none dropped (it would never apply)."""
+    out = []
+    for o in overrides:
+        limited = o.get("steps")
+        kept = None if limited is None else [t for t in limited if t < steps]
+        if kept is None or kept:
+            out.append({**o, "steps": kept} if kept is not None else dict(o))
+    return out
 
 
 # ---------------------------------------------------------------------------------------------

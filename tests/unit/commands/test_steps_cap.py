@@ -48,6 +48,19 @@ def test_prepare_scenario_scales_the_k2_reference_run_to_the_cap():
     assert prepare_scenario(k2, RunOptions(max_steps=40)) is k2  # a cap above the scenario's steps changes nothing
 
 
+def test_a_cap_keeps_each_overrides_steps_below_it_and_drops_one_left_with_none():
+    from compactsim.scenarios.model import Scenario
+
+    text = {"generate": {"turns": 2, "images_per_observation": 0}}
+    s = Scenario.model_validate({"name": "s", "purpose": "p", "steps": 3, "group_size": 2, "rollouts": [
+        {"index": 0, "steps": [0, 1], "script": text}, {"index": 1, "steps": [2], "script": text},
+        {"index": 1, "compaction": "identity"}]})
+    capped = prepare_scenario(s, RunOptions(max_steps=1))
+    assert [(o.index, o.steps) for o in capped.rollouts] == [(0, (0,)), (1, None)]
+    assert [(o.index, o.steps) for o in prepare_scenario(s, RunOptions(max_steps=2)).rollouts] == [
+        (0, (0, 1)), (1, None)]
+
+
 @pytest.mark.parametrize("scenario", CATALOGUE, ids=lambda s: s.name)
 def test_every_catalogue_scenario_capped_to_one_step_expects_one_step(scenario):
     """Symbolically: a capped run reports one optimizer step and one scheduler increment per step; every
