@@ -143,6 +143,13 @@ BROKEN = (
     "staleness_capped_at_one_step",
     # micro-batches planned at the first step: only a batch that grows between steps (compaction from step 1) shows it
     "microbatch_schedule_fixed_at_first_step",
+    # eighth red team: bugs that show only when a step differs from the one before
+    "unused_parameters_fixed_at_first_step",
+    "forward_width_fixed_at_first_step",
+    "loss_normaliser_fixed_at_first_step",
+    "reference_logprobs_cached_by_row_shape",
+    "warmup_from_parameter_step_count",
+    "pixel_buffers_reused_by_shape",
 )
 #: Backends that train right but report one loss metric wrong: `train.metric` must name `EXPECTED_KEY`.
 MISREPORTING = (
