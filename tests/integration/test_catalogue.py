@@ -64,12 +64,18 @@ def test_catalogue_scenario_pipeline_agrees_with_the_oracle(name):
 
 @pytest.mark.parametrize("name", CATALOGUE.names)
 def test_catalogue_scenario_meets_its_declared_verdict(name):
+    """The first step whose oracle expects an error gives the verdict, so a refusal may come at a later step (a
+    policy-mode scenario's later steps depend on training: only its step 0 is collected here; tests/e2e runs all)."""
     scenario = CATALOGUE.get(name)
-    outcome = _run(name)
-    error = outcome.expected.error
+    outcomes = []
+    for step in _steps(scenario):
+        outcomes.append(_run(name, step))
+        if outcomes[-1].expected.error is not None:
+            break
+    error = outcomes[-1].expected.error
     if scenario.expect.verdict == "success":
         assert error is None, f"{name}: the oracle expects {error}"
-        assert all(c.status == "completed" for c in outcome.collected)
+        assert all(c.status == "completed" for outcome in outcomes for c in outcome.collected)
     else:
         assert error is not None and error.code == scenario.expect.code
         if scenario.expect.turn is not None:
