@@ -179,7 +179,23 @@ def _base_env() -> dict[str, str]:
 
 
 def serve_process(settings: Mapping[str, Any], workdir: Path, *, seed: int) -> tuple[ManagedProcess, int]:
-    """`compactsim serve --mode scripted` with `settings` (script, faults) on a free port, started."""
+    """`compactsim serve --mode scripted` with `settings` (script, faults) on a free port, started and serving."""
+    proc, port = start_serve(settings, workdir, seed=seed)
+    wait_serve(proc, port)
+    return proc, port
+
+
+def wait_serve(proc: ManagedProcess, port: int) -> None:
+    """Until `start_serve`'s process answers `/health`; if it does not (a `GymSetupError`), it is stopped."""
+    try:
+        wait_http(f"http://{HOST}:{port}/health", proc.proc, proc.log)
+    except BaseException:
+        proc.stop()
+        raise
+
+
+def start_serve(settings: Mapping[str, Any], workdir: Path, *, seed: int) -> tuple[ManagedProcess, int]:
+    """`serve_process` without the wait: it imports (~0.6 s) while the caller does something else; `wait_serve` it."""
     port = free_port()
     path = workdir / f"serve-{port}.json"
     path.write_text(json.dumps(dict(settings), sort_keys=True), encoding="utf-8")
@@ -188,9 +204,7 @@ def serve_process(settings: Mapping[str, Any], workdir: Path, *, seed: int) -> t
     cmd = [*entry, "serve", "--mode", "scripted", "--seed", str(seed), "--port", str(port), "--settings", str(path)]
     env = _base_env()
     env["PYTHONPATH"] = str(Path(compactsim.__file__).resolve().parents[1])  # the folder holding `compactsim`
-    proc = ManagedProcess("compactsim serve", cmd, env, workdir, workdir / f"serve-{port}.log").start()
-    wait_http(f"http://{HOST}:{port}/health", proc.proc, proc.log)
-    return proc, port
+    return ManagedProcess("compactsim serve", cmd, env, workdir, workdir / f"serve-{port}.log").start(), port
 
 
 def gym_config(*, model_port: int, agent_port: int, resources_port: int, upstream_url: str,
@@ -245,11 +259,24 @@ class GymApps:
         return proc
 
     def __enter__(self) -> GymApps:
+        return self.start().wait()
+
+    def start(self) -> GymApps:
+        """Spawn both processes, not waiting: they import (~3 s each) while the caller does other work."""
         try:
-            model = self._spawn("Gym model server", MODEL_MODULE, MODEL_NAME)
-            agent = self._spawn("Gym agent", AGENT_MODULE, AGENT_NAME)
-            wait_http(f"http://{HOST}:{self.model_port}/", model.proc, model.log)
-            wait_http(f"{self.agent_url}/", agent.proc, agent.log)
+            self._spawn("Gym model server", MODEL_MODULE, MODEL_NAME)
+            self._spawn("Gym agent", AGENT_MODULE, AGENT_NAME)
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def wait(self) -> GymApps:
+        """Until both answer (model server first); if either does not (a `GymSetupError`), both are stopped."""
+        urls = [f"http://{HOST}:{self.model_port}/", f"{self.agent_url}/"]
+        try:
+            for proc, url in zip(self._procs, urls, strict=True):
+                wait_http(url, proc.proc, proc.log)
         except BaseException:
             self.close()
             raise
@@ -290,6 +317,8 @@ __all__ = [
     "free_port",
     "gym_config",
     "serve_process",
+    "start_serve",
     "wait_http",
+    "wait_serve",
     "workdir",
 ]

@@ -12,11 +12,14 @@ scenario against a fresh in-process server and their payloads are compared field
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
+import subprocess
 import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +28,16 @@ import httpx
 from compactsim.harness.core.errors import ConfigError
 from compactsim.harness.core.http_deadline import deadline_client
 from compactsim.harness.gym_check.errors import GymSetupError
-from compactsim.harness.gym_check.gym_stack import GymApps, ThreadServer, gym_config, serve_process, workdir
+from compactsim.harness.gym_check.gym_stack import (
+    GymApps,
+    ManagedProcess,
+    ThreadServer,
+    free_port,
+    gym_config,
+    start_serve,
+    wait_serve,
+    workdir,
+)
 from compactsim.harness.gym_check.gym_truth import gym_ground_truth
 from compactsim.harness.gym_check.live import compare_payloads
 from compactsim.harness.gym_check.schema_diff import Drift
@@ -34,6 +46,8 @@ from compactsim.harness.gym_check.wire import MockResources, WireRecorder, wire_
 LIVE_TAG = "live"
 #: Seconds one `/run` may take (a scripted rollout takes well under a second; retries add Gym's backoff).
 RUN_TIMEOUT_S = 120.0
+#: Seconds the import check (`RuntimeCheck`) may take.
+RUNTIME_CHECK_TIMEOUT_S = 300
 
 
 def live_scenarios(names: Sequence[str] = ()) -> list[Any]:
@@ -193,12 +207,82 @@ def _scenario_apps_config(build: Any) -> tuple[dict[str, Any], int | None]:
     return specs[0].context_history.model_dump(mode="json", exclude_unset=True), specs[0].max_steps
 
 
-def run_gym_live(python: Path, names: Sequence[str], out_dir: Path | None) -> tuple[dict[str, Any], list[Drift]]:
-    """Every live scenario through the revision's own servers; (report section, findings)."""
-    import json  # noqa: PLC0415
+@dataclass
+class _Stage:
+    """One scenario's build and its `compactsim serve`, started; with its own Gym apps (started, not waited)
+    when it was set up ahead and needs other apps than the scenario before."""
 
-    from compactsim.harness.runner import RunOptions, run_scenario  # noqa: PLC0415
+    build: Any
+    #: Gym's apps hold only their configuration (the agent's compaction config, its max_steps, the model name):
+    #: scenarios in a row with one key share one start (~3.6 s of two processes' imports)
+    key: str
+    serve: ManagedProcess
+    serve_port: int
+    apps: GymApps | None = None
+
+    def close(self) -> None:
+        self.serve.stop()
+        if self.apps is not None:
+            self.apps.close()
+
+
+def _stage(scenario: Any, scratch: Path) -> _Stage:
+    """Build `scenario` and start its `compactsim serve` (not waited for)."""
     from compactsim.scenarios.build import build_scenario  # noqa: PLC0415
+
+    build = build_scenario(scenario)
+    history, max_steps = _scenario_apps_config(build)
+    key = json.dumps([history, max_steps, _model_name(build)], sort_keys=True)
+    serve, serve_port = start_serve(build.model_settings, scratch, seed=scenario.seed)
+    return _Stage(build, key, serve, serve_port)
+
+
+def _model_name(build: Any) -> str:
+    return str(build.model_settings.get("model_name", "compactsim-tiny-moe"))
+
+
+@dataclass(frozen=True)
+class _Peers:
+    """Where Gym's apps reach our side: the mock resources server's port, the wire recorder's URL."""
+
+    resources_port: int
+    upstream_url: str
+
+
+def _start_apps(python: Path, scratch: Path, build: Any, peers: _Peers) -> GymApps:
+    """The revision's model server and agent configured for `build`, spawned (`GymApps.wait` before use)."""
+    history, max_steps = _scenario_apps_config(build)
+    config = gym_config(model_port=free_port(), agent_port=free_port(), resources_port=peers.resources_port,
+                        upstream_url=peers.upstream_url, context_history=history, max_steps=max_steps,
+                        model_name=_model_name(build))
+    return GymApps(python, scratch, config).start()
+
+
+def _start_ahead(python: Path, scratch: Path, scenario: Any, apps_key: str | None, peers: _Peers) -> _Stage | None:
+    """The next scenario's stage, started while this one runs (its apps too when its key differs from `apps_key`).
+
+    Best effort: on any error nothing is left running and None comes back, so the scenario's own turn
+    sets it up again and raises that error where the sequential order did.
+    """
+    stage = None
+    try:
+        stage = _stage(scenario, scratch)
+        if stage.key != apps_key:
+            stage.apps = _start_apps(python, scratch, stage.build, peers)
+    except Exception:  # noqa: BLE001 - raised again, in order, by the scenario's own set-up
+        if stage is not None:
+            stage.close()
+        return None
+    return stage
+
+
+def run_gym_live(python: Path, names: Sequence[str], out_dir: Path | None) -> tuple[dict[str, Any], list[Drift]]:
+    """Every live scenario through the revision's own servers; (report section, findings).
+
+    While one scenario runs, the next one's `compactsim serve` and (when its configuration differs) Gym
+    apps already start: their imports overlap this scenario's rollouts instead of following them.
+    """
+    from compactsim.harness.runner import RunOptions, run_scenario  # noqa: PLC0415
 
     scenarios = live_scenarios(names)
     if not scenarios:
@@ -210,31 +294,29 @@ def run_gym_live(python: Path, names: Sequence[str], out_dir: Path | None) -> tu
     exchanges: list[dict[str, Any]] = []
     apps: GymApps | None = None
     apps_key: str | None = None
+    stage: _Stage | None = None
+    ahead: _Stage | None = None
     try:
         with ThreadServer(recorder.app(), name="wire-recorder") as rec_srv, \
                 ThreadServer(resources.app(), name="mock-resources") as res_srv:
-            for scenario in scenarios:
+            peers = _Peers(res_srv.port, rec_srv.url)
+            for index, scenario in enumerate(scenarios):
                 t0 = time.perf_counter()
-                build = build_scenario(scenario)
-                history, max_steps = _scenario_apps_config(build)
-                model_name = str(build.model_settings.get("model_name", "compactsim-tiny-moe"))
-                # Gym's apps hold only their configuration (the agent's compaction config, its max_steps, the model
-                # name): scenarios in a row that share it share one start (~3.6 s of two processes' imports)
-                key = json.dumps([history, max_steps, model_name], sort_keys=True)
-                serve, serve_port = serve_process(build.model_settings, scratch, seed=scenario.seed)
+                stage, ahead = ahead or _stage(scenario, scratch), None  # started while the one before ran, or now
+                build = stage.build
+                wait_serve(stage.serve, stage.serve_port)
                 try:
-                    recorder.reset(f"http://127.0.0.1:{serve_port}")
+                    recorder.reset(f"http://127.0.0.1:{stage.serve_port}")
                     resources.reset(tool_outputs([s for step in build.specs for s in step]), build.reward_settings)
-                    if apps is None or key != apps_key:
+                    if apps is None or stage.key != apps_key:
                         if apps is not None:
                             apps.close()
                             apps = None
-                        from compactsim.harness.gym_check.gym_stack import free_port  # noqa: PLC0415
-
-                        config = gym_config(model_port=free_port(), agent_port=free_port(), resources_port=res_srv.port,
-                                            upstream_url=rec_srv.url, context_history=history, max_steps=max_steps,
-                                            model_name=model_name)
-                        apps, apps_key = GymApps(python, scratch, config).__enter__(), key
+                        started = stage.apps or _start_apps(python, scratch, build, peers)
+                        stage.apps = None  # this scenario's apps from here on, not the stage's to close
+                        apps, apps_key = started.wait(), stage.key
+                    if index + 1 < len(scenarios):
+                        ahead = _start_ahead(python, scratch, scenarios[index + 1], apps_key, peers)
                     with GymCollector(apps.agent_url, recorder) as collector:
                         run = run_scenario(scenario, RunOptions(), collector=collector)
                     logs = apps.log_tail(6) if collector.errors else ""
@@ -244,7 +326,7 @@ def run_gym_live(python: Path, names: Sequence[str], out_dir: Path | None) -> tu
                                           f"the revision's servers did not run this scenario: {exc.detail}"))
                     continue
                 finally:
-                    serve.stop()
+                    stage.close()
                 seen = recorder.exchanges()
                 exchanges += seen
                 record = run.record
@@ -291,8 +373,9 @@ def run_gym_live(python: Path, names: Sequence[str], out_dir: Path | None) -> tu
                     (live_dir / f"{scenario.name}.json").write_text(json.dumps(
                         {"results": collector.results, "wire": seen}, indent=1) + "\n", encoding="utf-8")
     finally:
-        if apps is not None:
-            apps.close()
+        for left in (stage, ahead, apps):
+            if left is not None:
+                left.close()
         shutil.rmtree(scratch, ignore_errors=True)
     section = {
         "mode": "gym-http",
@@ -318,24 +401,57 @@ def _final_text(result: Mapping[str, Any] | None) -> str | None:
     return None
 
 
+class RuntimeCheck:
+    """`check_gym_runtime`'s import subprocess, started early: the revision's apps import (~5 s of CPU) while the
+    static checks run, and `result` gives the same verdict, later. Use it as a context manager: leaving it
+    unread (a setup error came first) ends the process."""
+
+    def __init__(self, python: Path) -> None:
+        from compactsim.harness.gym_check.gym_stack import AGENT_MODULE, MODEL_MODULE  # noqa: PLC0415
+
+        self._started = time.monotonic()
+        self._proc = subprocess.Popen([str(python), "-c", f"import {AGENT_MODULE}, {MODEL_MODULE}"],
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                      env={"PATH": "/usr/bin:/bin", "WANDB_MODE": "disabled"})
+
+    def __enter__(self) -> RuntimeCheck:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Kill it unless it has finished; close its pipes and reap it (as `subprocess.run` does on a timeout)."""
+        if self._proc.poll() is None:
+            self._proc.kill()
+        with self._proc:  # Popen's exit closes the pipes and waits
+            pass
+
+    def result(self) -> None:
+        """Raise `GymSetupError("import")` unless the apps imported; a hung import raises `TimeoutExpired` 300 s from the start."""
+        remaining = max(RUNTIME_CHECK_TIMEOUT_S - (time.monotonic() - self._started), 0.0)
+        try:
+            _stdout, stderr = self._proc.communicate(timeout=remaining)
+        except subprocess.TimeoutExpired:
+            self.close()
+            raise subprocess.TimeoutExpired(self._proc.args, RUNTIME_CHECK_TIMEOUT_S) from None
+        if self._proc.returncode != 0:
+            tail = stderr.strip().splitlines()[-1:] or ["(no output)"]
+            raise GymSetupError("import", f"the revision's apps do not import: {tail[0]}")
+
+
 def check_gym_runtime(python: Path) -> None:
     """Raise `GymSetupError("import")` unless the revision's agent and model-server apps import here."""
-    import subprocess  # noqa: PLC0415
-
-    from compactsim.harness.gym_check.gym_stack import AGENT_MODULE, MODEL_MODULE  # noqa: PLC0415
-
-    code = f"import {AGENT_MODULE}, {MODEL_MODULE}"
-    proc = subprocess.run([str(python), "-c", code], capture_output=True, text=True, timeout=300, check=False,
-                          env={"PATH": "/usr/bin:/bin", "WANDB_MODE": "disabled"})
-    if proc.returncode != 0:
-        tail = proc.stderr.strip().splitlines()[-1:] or ["(no output)"]
-        raise GymSetupError("import", f"the revision's apps do not import: {tail[0]}")
+    with RuntimeCheck(python) as check:
+        check.result()
 
 
 __all__ = [
     "LIVE_TAG",
+    "RUNTIME_CHECK_TIMEOUT_S",
     "RUN_TIMEOUT_S",
     "GymCollector",
+    "RuntimeCheck",
     "check_gym_runtime",
     "compare_with_ours",
     "diff_category",

@@ -9,7 +9,7 @@ import zipfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from compactsim import examples_dir
 from compactsim.harness.core.contract import TOKEN_FIELDS, GymResponse, TokenFields
@@ -25,6 +25,9 @@ from compactsim.harness.gym_check.revision import Revision, fetch_revision, pars
 from compactsim.harness.gym_check.rows_check import check_live_rows
 from compactsim.harness.gym_check.schema_diff import SEVERITY_ORDER, Drift, apply_transform, diff_schemas, token_item_members
 from compactsim.harness.gym_check.venv import default_cache_dir, dir_bytes, ensure_venv, repo_root
+
+if TYPE_CHECKING:
+    from compactsim.harness.gym_check.live_gym import RuntimeCheck
 
 EXIT_OK, EXIT_SETUP, EXIT_DRIFT = 0, 2, 3
 PLANNER_NAME = "compactsim.harness.pipeline.planner.plan_rollout"
@@ -387,12 +390,20 @@ def contract_absent(revision: Revision) -> str | None:
             "no compaction agent, no context_compaction_contract, nothing the planner's contract path can read")
 
 
+def _start_runtime_check(python: Path) -> RuntimeCheck:
+    """The agent run's import check, started now so it overlaps the static checks; read before the agent run."""
+    from compactsim.harness.gym_check.live_gym import RuntimeCheck  # noqa: PLC0415 - only agent runs need it
+
+    return RuntimeCheck(python)
+
+
 def run_gym_check(opts: GymCheckOptions, *, out_dir: Path | None = None) -> GymCheckReport:
     """Never raises for a revision problem: setup failures come back as a report with exit 2."""
     timing: dict[str, float] = {}
     t_start = time.perf_counter()
     revision_info: dict[str, Any] = {"spec": opts.spec}
     setup: dict[str, Any] = {}
+    runtime_check: RuntimeCheck | None = None
     try:
         spec = parse_spec(opts.spec)
         cache_dir = (opts.cache_dir or default_cache_dir()).resolve()
@@ -411,6 +422,7 @@ def run_gym_check(opts: GymCheckOptions, *, out_dir: Path | None = None) -> GymC
         t0 = time.perf_counter()
         venv = ensure_venv(revision, cache_dir, offline=opts.offline, profile="runtime" if agent_run else "shim")
         timing["venv_s"] = time.perf_counter() - t0
+        runtime_check = _start_runtime_check(venv.python) if agent_run else None
         setup.update({
             "venv_key": venv.key, "venv_path": str(venv.path), "cold": venv.cold,
             "interpreter": venv.interpreter.version_text, "interpreter_path": venv.interpreter.executable,
@@ -453,10 +465,11 @@ def run_gym_check(opts: GymCheckOptions, *, out_dir: Path | None = None) -> GymC
                 timing["live_s"] = time.perf_counter() - t0
         live_gym_section = None
         if agent_run:
-            from compactsim.harness.gym_check.live_gym import check_gym_runtime, run_gym_live  # noqa: PLC0415
+            from compactsim.harness.gym_check.live_gym import run_gym_live  # noqa: PLC0415
 
             t0 = time.perf_counter()
-            check_gym_runtime(venv.python)
+            if runtime_check is not None:  # started with the venv: the apps imported meanwhile
+                runtime_check.result()
             live_gym_section, gym_findings = run_gym_live(venv.python, opts.agent_scenarios, out_dir)
             extra += gym_findings
             timing["live_gym_s"] = time.perf_counter() - t0
@@ -464,6 +477,9 @@ def run_gym_check(opts: GymCheckOptions, *, out_dir: Path | None = None) -> GymC
         timing["total_s"] = time.perf_counter() - t_start
         return GymCheckReport(verdict="setup_failed", exit_code=EXIT_SETUP, reason=str(exc), revision=revision_info,
                               setup=setup, timing=timing)
+    finally:
+        if runtime_check is not None:
+            runtime_check.close()
 
     checks: list[DigestCheck] = primitive_checks(digests_answer["primitives"])
     rev_by_name = {p["name"]: p for p in digests_answer["payloads"]}

@@ -2,7 +2,7 @@
 
 Needs PyPI the first time (the wheel and the runtime of its agent and model-server apps, ~0.65 GB);
 the venv is cached under `~/.cache/compactsim/gym` (or `$COMPACTSIM_GYM_CACHE`), so later runs
-fetch nothing. The module fixture runs the whole live check once (about 75 s warm).
+fetch nothing. The module fixture runs the whole live check once (about 25 s warm on 2 cores).
 """
 
 from __future__ import annotations
