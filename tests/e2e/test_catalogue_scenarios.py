@@ -24,7 +24,8 @@ def test_default_suite_meets_every_expected_verdict(default_suite):
 
 
 #: The feature's two 20-step validation runs: (scenario, real rows per step, logical rollouts split per step).
-#: `compactsim train` runs the image-compaction one too (tests/integration/test_train_reference_runs.py).
+#: The float64 bound at every step is checked here only; `compactsim train` runs the image-compaction one in float32
+#: (tests/integration/test_train_reference_runs.py) and `make bench` times it in float64 (bench/bench_train.py).
 REFERENCE_RUNS = [("pr-validation-no-compaction", 4, 0), ("pr-validation-image-compaction-k2", 8, 4)]
 
 
