@@ -24,7 +24,7 @@ from compactsim.harness.pipeline.backend import ReferenceBackend
 from compactsim.harness.pipeline.materializer import prepare_trace_batch
 
 EXPECTED_CHECK = "row.advantage"
-SCENARIO = "shared-task-groups"
+SCENARIO = "float32-graded-group"  # one group of three graded rewards (1, 0.5, 0)
 
 
 class Backend(ReferenceBackend):

@@ -16,7 +16,7 @@ from compactsim.harness.pipeline.backend import ReferenceBackend
 from tests.quality._patching import with_metrics
 
 EXPECTED_CHECK = "metric.exact"
-SCENARIO = "mask-sample-rollouts"
+SCENARIO = "layout-dp2-microbatch2-mask-sample"  # rollout 1 of (1, 0, 1) is mask_sample'd
 
 
 class Backend(ReferenceBackend):

@@ -18,7 +18,7 @@ from compactsim.harness.pipeline import trainer as T
 from compactsim.harness.pipeline.backend import ReferenceBackend
 
 EXPECTED_CHECK = "train.gradient"
-SCENARIO = "layout-dp2-kl-steps-clip-binds"
+SCENARIO = "layout-dp2-microbatch2-mask-sample"  # total gradient norm ~1.7 > max_grad_norm 1: the clip binds
 
 
 class Backend(ReferenceBackend):

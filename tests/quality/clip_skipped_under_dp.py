@@ -18,7 +18,7 @@ from compactsim.harness.pipeline.train_config import TrainerConfig
 from compactsim.harness.pipeline.trainer import StepResult, TrainState
 
 EXPECTED_CHECK = "train.update"
-SCENARIO = "layout-dp2-kl-steps-clip-binds"
+SCENARIO = "layout-dp2-microbatch2-mask-sample"  # two ranks; the all-reduced norm ~1.7 > max_grad_norm 1
 
 
 class Backend(ReferenceBackend):

@@ -21,7 +21,7 @@ from compactsim.harness.pipeline.train_config import TrainerConfig
 from compactsim.harness.pipeline.trainer import StepResult, TrainState
 
 EXPECTED_CHECK = "train.update"
-SCENARIO = "kl-k2-strong"
+SCENARIO = "kl-zero-advantage-steps"  # two policy steps, no weight decay
 
 
 def lazy_embedding_step(step, embedding: torch.nn.Parameter) -> None:  # noqa: ANN001 - the optimizer's bound step

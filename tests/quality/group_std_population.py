@@ -15,7 +15,7 @@ from compactsim.harness.pipeline import advantages as A
 from compactsim.harness.pipeline.backend import ReferenceBackend
 
 EXPECTED_CHECK = "row.advantage"
-SCENARIO = "uneven-trace-counts"
+SCENARIO = "float32-graded-group"  # one group of three graded rewards (1, 0.5, 0)
 
 
 def _population(rewards, *, leave_one_out):

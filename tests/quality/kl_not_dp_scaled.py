@@ -17,7 +17,7 @@ from compactsim.harness.pipeline.trainer import StepResult, TrainState
 from tests.quality._patching import loss_replaced
 
 EXPECTED_CHECK = "train.grad_norm"
-SCENARIO = "layout-dp2-kl-steps-clip-binds"
+SCENARIO = "kl-k1-unclamped-dp2-mask-sample"  # two ranks and a β 0.5 KL
 
 
 class Backend(ReferenceBackend):

@@ -13,7 +13,7 @@ from compactsim.harness.pipeline.train_config import TrainerConfig
 from compactsim.harness.pipeline.trainer import StepResult, TrainState
 
 EXPECTED_CHECK = "train.metric"
-SCENARIO = "kl-k2-strong"
+SCENARIO = "no-clip-gradient-above-one"  # β 0.5: the k2 KL is non-zero from step 1
 
 
 class Backend(ReferenceBackend):

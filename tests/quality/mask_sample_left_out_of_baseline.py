@@ -15,7 +15,7 @@ from compactsim.harness.pipeline.backend import ReferenceBackend
 from compactsim.harness.pipeline.materializer import prepare_trace_batch
 
 EXPECTED_CHECK = "row.advantage"
-SCENARIO = "mask-sample-rollouts"
+SCENARIO = "layout-dp2-microbatch2-mask-sample"  # rollout 1 of (1, 0, 1) is mask_sample'd
 
 
 class Backend(ReferenceBackend):

@@ -12,7 +12,7 @@ from compactsim.harness.pipeline.train_config import TrainerConfig
 from compactsim.harness.pipeline.trainer import StepResult, TrainState
 
 EXPECTED_CHECK = "train.loss"
-SCENARIO = "mask-sample-rollouts"
+SCENARIO = "layout-dp2-microbatch2-mask-sample"  # rollout 1 of (1, 0, 1) is mask_sample'd
 
 
 class Backend(ReferenceBackend):

@@ -17,7 +17,7 @@ import torch
 from tests.quality import fp_packed_sequences as packed
 
 EXPECTED_CHECK = "train.gradient"
-SCENARIO = "layout-dp1-microbatch3"
+SCENARIO = "compaction-from-step-1"  # train_micro_batch_size 2: two rows per pack at every step
 
 _BLOCK = packed._block_forward
 

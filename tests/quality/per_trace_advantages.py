@@ -15,7 +15,7 @@ from compactsim.harness.pipeline.advantages import grpo_advantages
 from compactsim.harness.pipeline.backend import ReferenceBackend
 
 EXPECTED_CHECK = "row.advantage"
-SCENARIO = "uneven-trace-counts"
+SCENARIO = "fault-finish-length-midway"  # K=1 recency: rollouts of 2 rows (cut at turn 3) and 4 rows
 
 
 class Backend(ReferenceBackend):

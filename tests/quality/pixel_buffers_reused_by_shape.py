@@ -21,7 +21,7 @@ from compactsim.harness.pipeline.train_config import TrainerConfig
 from compactsim.harness.pipeline.trainer import StepResult, TrainState
 
 EXPECTED_CHECK = "train.gradient"
-SCENARIO = "scripted-three-steps"  # every step draws new screenshots of the same size
+SCENARIO = "no-clip-gradient-above-one"  # two steps: the second draws new screenshots of the same size
 
 
 class Backend(ReferenceBackend):

@@ -17,7 +17,7 @@ from tests.quality._patching import local_counts, loss_replaced
 EXPECTED_CHECK = "train.metric"
 EXPECTED_KEY = "probs_ratio_min"
 #: One rollout is mask_sample'd: with one-row micro-batches its rows are micro-batches without trained tokens.
-SCENARIO = "mask-sample-rollouts"
+SCENARIO = "kl-mask-sample-steps"  # the mask_sample'd row is a one-row micro-batch
 
 
 class Backend(ReferenceBackend):

@@ -15,7 +15,7 @@ from compactsim.harness.pipeline.backend import ReferenceBackend
 from tests.quality._patching import with_metrics
 
 EXPECTED_CHECK = "train.metric"
-SCENARIO = "uneven-trace-counts"
+SCENARIO = "fault-finish-length-midway"  # K=1 recency: rollouts of 2 rows (cut at turn 3) and 4 rows
 EXPECTED_KEY = "reward"
 
 

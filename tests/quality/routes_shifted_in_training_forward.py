@@ -16,7 +16,7 @@ from compactsim.harness.pipeline import trainer as T
 from compactsim.harness.pipeline.backend import ReferenceBackend
 
 EXPECTED_CHECK = "train.gradient"
-SCENARIO = "several-boundaries-in-one-rollout"
+SCENARIO = "no-compaction"  # router replay on: every row's routes reach the training forward
 
 
 class Backend(ReferenceBackend):

@@ -10,7 +10,7 @@ from compactsim.harness.pipeline.trainer import StepResult, TrainState
 from tests.quality._patching import local_counts, loss_replaced
 
 EXPECTED_CHECK = "train.loss"
-SCENARIO = "uneven-trace-counts"
+SCENARIO = "fault-finish-length-midway"  # K=1 recency: rollouts of 2 rows (cut at turn 3) and 4 rows
 
 
 class Backend(ReferenceBackend):

@@ -242,7 +242,7 @@ def test_the_reference_backend_reports_every_loss_metric_right_in_the_edge_cases
 def test_minus_one_for_a_step_without_trained_tokens_is_the_drivers_value_and_passes():
     """NeMo-RL's driver logs an extremum over no value as -1.0 (§3.7): for a step that trains no
     token at all, a backend reporting the driver's value passes; the same -1.0 from one empty
-    micro-batch in a step that trains tokens is caught (`MISREPORTING`, mask-sample-rollouts)."""
+    micro-batch in a step that trains tokens is caught (`MISREPORTING`, kl-mask-sample-steps)."""
     rec = record_of("loss-metrics-all-rows-masked", "tests.quality.probs_ratio_empty_microbatch_minus_one:Backend")
     assert (tuple(rec.findings), rec.passed) == ((), True)
     [metrics] = rec.step_metrics

@@ -17,7 +17,7 @@ from compactsim.harness.pipeline.train_config import TrainerConfig
 from compactsim.harness.pipeline.trainer import StepResult, TrainState
 
 EXPECTED_CHECK = "train.metric"
-SCENARIO = "mask-sample-rollouts"
+SCENARIO = "layout-dp2-microbatch2-mask-sample"  # a mask_sample'd rollout and a padding row
 
 
 class Backend(ReferenceBackend):
