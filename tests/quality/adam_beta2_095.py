@@ -13,7 +13,7 @@ from compactsim.harness.pipeline.train_config import TrainerConfig
 from compactsim.harness.pipeline.trainer import StepResult, TrainState
 
 EXPECTED_CHECK = "train.update"
-SCENARIO = "image-compaction-k2-rolling"
+SCENARIO = "layout-dp2-microbatch2-mask-sample"  # the betas are read from the param groups at step 0
 
 
 class Backend(ReferenceBackend):

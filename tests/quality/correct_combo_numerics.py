@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from tests.quality.correct_own_step import Backend as _Own, Opts
 
-SCENARIO = "kl-k2-strong"
+SCENARIO = "kl-mask-sample-steps"  # k2 KL non-zero at step 1, grad norm 1.67/1.86 so the clip binds at both steps
 
 
 class Backend(_Own):

@@ -9,7 +9,7 @@ from dataclasses import replace
 
 from compactsim.harness.pipeline.backend import ReferenceBackend
 
-SCENARIO = "image-compaction-k2-rolling"
+SCENARIO = "layout-dp2-microbatch2-mask-sample"  # right padding in two-row micro-batches and a padding row
 
 
 class Backend(ReferenceBackend):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from compactsim.harness.pipeline.backend import ReferenceBackend
 from tests.quality._alt_trainer import Knobs, train_step
 
-SCENARIO = "kl-k2-strong"
+SCENARIO = "kl-mask-sample-steps"  # reference logprobs (k2 KL) over three rows of uneven length
 
 
 class Backend(ReferenceBackend):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from tests.quality.correct_own_step import Backend as _Own, Opts
 
-SCENARIO = "layout-dp1-microbatch3"
+SCENARIO = "layout-dp2-microbatch2-mask-sample"  # two-row micro-batches split per row, a padding row skipped
 
 
 class Backend(_Own):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from compactsim.harness.pipeline.backend import ReferenceBackend
 from tests.quality._alt_trainer import Knobs, train_step
 
-SCENARIO = "layout-dp1-microbatch3"
+SCENARIO = "summary-compaction"  # four micro-batches on one rank summed into one backward
 
 
 class Backend(ReferenceBackend):

@@ -29,7 +29,7 @@ from compactsim.harness.core import metrics as M
 from compactsim.harness.pipeline.backend import ReferenceBackend
 from tests.quality._patching import with_metrics
 
-SCENARIO = "mask-sample-rollouts"
+SCENARIO = "layout-dp2-microbatch2-mask-sample"  # rewards 1, 0, 1, one masked: mean 2/3, not float32-exact
 
 
 def driver_reward(rewards: list[float]) -> float:

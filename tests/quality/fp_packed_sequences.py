@@ -33,7 +33,7 @@ from compactsim.harness.pipeline.train_config import validate_physical_trace_tra
 from compactsim.harness.pipeline.trainer import check_batch
 from tests.quality._fp_common import EPS, finish, row_images, step_once
 
-SCENARIO = "image-compaction-k2-rolling"
+SCENARIO = "layout-dp2-microbatch2-mask-sample"  # two rows per pack, a padding row left out, two ranks' packs summed
 
 
 def _block_forward(block, h, allowed, replay):

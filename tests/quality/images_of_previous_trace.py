@@ -13,7 +13,7 @@ from compactsim.harness.pipeline import trainer as T
 from compactsim.harness.pipeline.backend import ReferenceBackend
 
 EXPECTED_CHECK = "train.gradient"
-SCENARIO = "image-compaction-k2-rolling"
+SCENARIO = "image-modes"  # K=1 boundaries: each later trace shows as many images as the one before
 
 
 class Backend(ReferenceBackend):

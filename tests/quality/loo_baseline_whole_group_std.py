@@ -17,7 +17,7 @@ from compactsim.harness.pipeline import advantages as A
 from compactsim.harness.pipeline.backend import ReferenceBackend
 
 EXPECTED_CHECK = "row.advantage"
-SCENARIO = "image-compaction-k2-rolling"
+SCENARIO = "layout-dp2-microbatch2-mask-sample"  # rewards 1, 0, 1: leave-one-out std 0.707 vs the group's 0.577
 
 
 _REFERENCE = A.grpo_baseline_and_std

@@ -9,7 +9,7 @@ from compactsim.harness.pipeline.trainer import StepResult, TrainState
 from tests.quality._patching import local_counts, loss_replaced
 
 EXPECTED_CHECK = "train.grad_norm"
-SCENARIO = "image-compaction-k2-rolling"
+SCENARIO = "layout-dp2-microbatch2-mask-sample"  # two micro-batches of different token counts
 
 
 class Backend(ReferenceBackend):

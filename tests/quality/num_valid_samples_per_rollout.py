@@ -15,7 +15,7 @@ from compactsim.harness.pipeline.backend import ReferenceBackend
 from tests.quality._patching import with_metrics
 
 EXPECTED_CHECK = "train.metric"
-SCENARIO = "image-compaction-k2-rolling"
+SCENARIO = "summary-compaction"  # each rollout trains as two rows
 
 
 class Backend(ReferenceBackend):

@@ -19,7 +19,7 @@ from compactsim.harness.pipeline.backend import ReferenceBackend
 from compactsim.harness.pipeline.train_config import TrainerConfig
 
 EXPECTED_CHECK = "row.route"
-SCENARIO = "image-compaction-k2-rolling"
+SCENARIO = "layout-dp2-microbatch2-mask-sample"  # three-call traces: two calls end inside each trace
 
 
 def _fill_without_repair(out: np.ndarray, calls: Sequence, routes: Sequence, *, is_final_trace: bool) -> tuple[int, ...]:

@@ -10,7 +10,7 @@ from compactsim.harness.pipeline.train_config import TrainerConfig
 from compactsim.harness.pipeline.trainer import StepResult, TrainState
 
 EXPECTED_CHECK = "row.routes_missing"
-SCENARIO = "image-compaction-k2-rolling"
+SCENARIO = "layout-dp2-microbatch2-mask-sample"  # router replay on: the recorded routes must reach every row
 
 
 class Backend(ReferenceBackend):

@@ -15,7 +15,7 @@ from compactsim.harness.pipeline import trainer as T
 from compactsim.harness.pipeline.backend import ReferenceBackend
 
 EXPECTED_CHECK = "train.gradient"
-SCENARIO = "image-compaction-k2-rolling"
+SCENARIO = "layout-dp2-microbatch2-mask-sample"  # router replay on over every MoE layer
 
 _SLICE = T._slice
 

@@ -13,7 +13,7 @@ from compactsim.harness.pipeline.backend import ReferenceBackend
 from tests.quality._patching import with_metrics
 
 EXPECTED_CHECK = "metric.exact"
-SCENARIO = "image-compaction-k2-rolling"
+SCENARIO = "summary-compaction"  # two rollouts split into four traces
 
 
 class Backend(ReferenceBackend):

@@ -11,7 +11,7 @@ from compactsim.harness.pipeline.train_config import TrainerConfig
 from compactsim.harness.pipeline.trainer import StepResult, TrainState
 
 EXPECTED_CHECK = "counts.scheduler"
-SCENARIO = "image-compaction-k2-rolling"
+SCENARIO = "summary-compaction"  # two rollouts trained as four rows: one scheduler step, not four
 
 
 class Backend(ReferenceBackend):
