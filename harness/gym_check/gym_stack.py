@@ -27,7 +27,6 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 import httpx
@@ -178,13 +177,6 @@ def _base_env() -> dict[str, str]:
     return env
 
 
-def serve_process(settings: Mapping[str, Any], workdir: Path, *, seed: int) -> tuple[ManagedProcess, int]:
-    """`compactsim serve --mode scripted` with `settings` (script, faults) on a free port, started and serving."""
-    proc, port = start_serve(settings, workdir, seed=seed)
-    wait_serve(proc, port)
-    return proc, port
-
-
 def wait_serve(proc: ManagedProcess, port: int) -> None:
     """Until `start_serve`'s process answers `/health`; if it does not (a `GymSetupError`), it is stopped."""
     try:
@@ -195,7 +187,8 @@ def wait_serve(proc: ManagedProcess, port: int) -> None:
 
 
 def start_serve(settings: Mapping[str, Any], workdir: Path, *, seed: int) -> tuple[ManagedProcess, int]:
-    """`serve_process` without the wait: it imports (~0.6 s) while the caller does something else; `wait_serve` it."""
+    """`compactsim serve --mode scripted` with `settings` (script, faults) on a free port, spawned and not waited
+    for: it imports (~0.6 s) while the caller does something else; `wait_serve` it before use."""
     port = free_port()
     path = workdir / f"serve-{port}.json"
     path.write_text(json.dumps(dict(settings), sort_keys=True), encoding="utf-8")
@@ -258,9 +251,6 @@ class GymApps:
         self._procs.append(proc)
         return proc
 
-    def __enter__(self) -> GymApps:
-        return self.start().wait()
-
     def start(self) -> GymApps:
         """Spawn both processes, not waiting: they import (~3 s each) while the caller does other work."""
         try:
@@ -281,9 +271,6 @@ class GymApps:
             self.close()
             raise
         return self
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
-        self.close()
 
     def close(self) -> None:
         for proc in reversed(self._procs):
@@ -316,7 +303,6 @@ __all__ = [
     "ThreadServer",
     "free_port",
     "gym_config",
-    "serve_process",
     "start_serve",
     "wait_http",
     "wait_serve",

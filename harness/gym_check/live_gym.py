@@ -29,6 +29,8 @@ from compactsim.harness.core.errors import ConfigError
 from compactsim.harness.core.http_deadline import deadline_client
 from compactsim.harness.gym_check.errors import GymSetupError
 from compactsim.harness.gym_check.gym_stack import (
+    AGENT_MODULE,
+    MODEL_MODULE,
     GymApps,
     ManagedProcess,
     ThreadServer,
@@ -213,12 +215,19 @@ class _Stage:
     when it was set up ahead and needs other apps than the scenario before."""
 
     build: Any
-    #: Gym's apps hold only their configuration (the agent's compaction config, its max_steps, the model name):
-    #: scenarios in a row with one key share one start (~3.6 s of two processes' imports)
-    key: str
+    #: what Gym's apps are configured with (`gym_config`): the agent's compaction config, its max_steps, the model name
+    history: dict[str, Any]
+    max_steps: int | None
+    model_name: str
     serve: ManagedProcess
     serve_port: int
     apps: GymApps | None = None
+
+    @property
+    def key(self) -> str:
+        """Gym's apps hold only their configuration: scenarios in a row with one key share one start (~3.6 s of two
+        processes' imports)."""
+        return json.dumps([self.history, self.max_steps, self.model_name], sort_keys=True)
 
     def close(self) -> None:
         self.serve.stop()
@@ -232,13 +241,9 @@ def _stage(scenario: Any, scratch: Path) -> _Stage:
 
     build = build_scenario(scenario)
     history, max_steps = _scenario_apps_config(build)
-    key = json.dumps([history, max_steps, _model_name(build)], sort_keys=True)
+    model_name = str(build.model_settings.get("model_name", "compactsim-tiny-moe"))
     serve, serve_port = start_serve(build.model_settings, scratch, seed=scenario.seed)
-    return _Stage(build, key, serve, serve_port)
-
-
-def _model_name(build: Any) -> str:
-    return str(build.model_settings.get("model_name", "compactsim-tiny-moe"))
+    return _Stage(build, history, max_steps, model_name, serve, serve_port)
 
 
 @dataclass(frozen=True)
@@ -249,12 +254,11 @@ class _Peers:
     upstream_url: str
 
 
-def _start_apps(python: Path, scratch: Path, build: Any, peers: _Peers) -> GymApps:
-    """The revision's model server and agent configured for `build`, spawned (`GymApps.wait` before use)."""
-    history, max_steps = _scenario_apps_config(build)
+def _start_apps(python: Path, scratch: Path, stage: _Stage, peers: _Peers) -> GymApps:
+    """The revision's model server and agent configured for `stage`, spawned (`GymApps.wait` before use)."""
     config = gym_config(model_port=free_port(), agent_port=free_port(), resources_port=peers.resources_port,
-                        upstream_url=peers.upstream_url, context_history=history, max_steps=max_steps,
-                        model_name=_model_name(build))
+                        upstream_url=peers.upstream_url, context_history=stage.history, max_steps=stage.max_steps,
+                        model_name=stage.model_name)
     return GymApps(python, scratch, config).start()
 
 
@@ -268,7 +272,7 @@ def _start_ahead(python: Path, scratch: Path, scenario: Any, apps_key: str | Non
     try:
         stage = _stage(scenario, scratch)
         if stage.key != apps_key:
-            stage.apps = _start_apps(python, scratch, stage.build, peers)
+            stage.apps = _start_apps(python, scratch, stage, peers)
     except Exception:  # noqa: BLE001 - raised again, in order, by the scenario's own set-up
         if stage is not None:
             stage.close()
@@ -312,7 +316,7 @@ def run_gym_live(python: Path, names: Sequence[str], out_dir: Path | None) -> tu
                         if apps is not None:
                             apps.close()
                             apps = None
-                        started = stage.apps or _start_apps(python, scratch, build, peers)
+                        started = stage.apps or _start_apps(python, scratch, stage, peers)
                         stage.apps = None  # this scenario's apps from here on, not the stage's to close
                         apps, apps_key = started.wait(), stage.key
                     if index + 1 < len(scenarios):
@@ -402,23 +406,15 @@ def _final_text(result: Mapping[str, Any] | None) -> str | None:
 
 
 class RuntimeCheck:
-    """`check_gym_runtime`'s import subprocess, started early: the revision's apps import (~5 s of CPU) while the
-    static checks run, and `result` gives the same verdict, later. Use it as a context manager: leaving it
-    unread (a setup error came first) ends the process."""
+    """Whether the revision's agent and model-server apps import here, in a subprocess started early: they import
+    (~5 s of CPU) while the static checks run, and `result` gives the verdict later; `close` ends a check left unread (a setup error came
+    first)."""
 
     def __init__(self, python: Path) -> None:
-        from compactsim.harness.gym_check.gym_stack import AGENT_MODULE, MODEL_MODULE  # noqa: PLC0415
-
         self._started = time.monotonic()
         self._proc = subprocess.Popen([str(python), "-c", f"import {AGENT_MODULE}, {MODEL_MODULE}"],
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                       env={"PATH": "/usr/bin:/bin", "WANDB_MODE": "disabled"})
-
-    def __enter__(self) -> RuntimeCheck:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def close(self) -> None:
         """Kill it unless it has finished; close its pipes and reap it (as `subprocess.run` does on a timeout)."""
@@ -440,19 +436,12 @@ class RuntimeCheck:
             raise GymSetupError("import", f"the revision's apps do not import: {tail[0]}")
 
 
-def check_gym_runtime(python: Path) -> None:
-    """Raise `GymSetupError("import")` unless the revision's agent and model-server apps import here."""
-    with RuntimeCheck(python) as check:
-        check.result()
-
-
 __all__ = [
     "LIVE_TAG",
     "RUNTIME_CHECK_TIMEOUT_S",
     "RUN_TIMEOUT_S",
     "GymCollector",
     "RuntimeCheck",
-    "check_gym_runtime",
     "compare_with_ours",
     "diff_category",
     "live_scenarios",
