@@ -54,6 +54,27 @@ def test_catalogue_scenario_meets_its_expected_verdict(default_suite, name: str)
     assert record["expected"] == record["observed"]
 
 
+#: What a tag promises about a scenario that trains, read from its step metrics: a claim a scenario can
+#: silently stop meeting (three turns under image recency K=2 never drop an image, so never compact).
+TAG_CLAIMS = {
+    "compaction": ("declares a compaction boundary", lambda ms: any(m[M.PR_DECLARED_BOUNDARIES] > 0 for m in ms)),
+    "several-boundaries": ("splits a rollout into three traces or more", lambda ms: any(m[M.ROWS_PER_ROLLOUT_MAX] >= 3 for m in ms)),
+    "mask-sample": ("filters a rollout by mask_sample", lambda ms: any(m[M.NUM_MASK_SAMPLE_FILTERED] > 0 for m in ms)),
+    "steps": ("trains more than one step", lambda ms: len(ms) >= 2),
+}
+
+
+@pytest.mark.slow
+def test_every_training_scenario_does_what_its_tags_claim(default_suite):
+    """A scenario expected to fail is left out: it never trains, so its metrics cannot show the claim."""
+    broken = [(s["name"], tag, claim) for s in default_suite.summary["scenarios"] if s["expected"] == "success"
+              for tag, (claim, holds) in TAG_CLAIMS.items() if tag in s["tags"] and not holds(s["metrics"])]
+    assert broken == []
+    counted = {tag: sum(tag in s["tags"] and s["expected"] == "success" for s in default_suite.summary["scenarios"])
+               for tag in TAG_CLAIMS}
+    assert all(counted.values()), counted  # every claim is checked on at least one scenario
+
+
 @pytest.mark.compactsim(scenario="image-compaction-k2-rolling", seed=3)
 def test_k2_rolling_rows_are_exact_at_another_seed(compactsim_run):
     rec = compactsim_run().record

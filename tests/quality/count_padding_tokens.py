@@ -11,7 +11,7 @@ from compactsim.harness.pipeline.train_config import TrainerConfig
 from compactsim.harness.pipeline.trainer import StepResult, TrainState
 
 EXPECTED_CHECK = "metric.exact"
-SCENARIO = "layout-dp2-microbatch2-mask-sample"  # a padding row and right padding in two-row micro-batches
+SCENARIO = "layout-dp2-microbatch2-mask-sample"  # padding rows and right padding in two-row micro-batches
 
 
 class Backend(ReferenceBackend):

@@ -19,7 +19,7 @@ from compactsim.harness.pipeline.backend import ReferenceBackend
 from compactsim.harness.pipeline.train_config import TrainerConfig
 
 EXPECTED_CHECK = "row.route"
-SCENARIO = "layout-dp2-microbatch2-mask-sample"  # three-call traces: two calls end inside each trace
+SCENARIO = "layout-dp2-microbatch2-mask-sample"  # each rollout's first trace holds three calls: two end inside it
 
 
 def _fill_without_repair(out: np.ndarray, calls: Sequence, routes: Sequence, *, is_final_trace: bool) -> tuple[int, ...]:
