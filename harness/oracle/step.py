@@ -8,7 +8,8 @@ previous step, and computes what a correct trainer must have done:
 1. the tiny policy's forward pass on each expected row (the simulated world: shared with the
    pipeline, DESIGN §6a) with the row's own images and, under router replay, the oracle's own
    expected routes; the reference policy (the harness's weights before step 0) when the KL
-   penalty is on;
+   penalty is on: while those are bit for bit the weights before this step (step 0), the
+   reference logprobs are the policy's own, detached, without a second forward;
 2. the loss with NeMo-RL's clipped-PG semantics (`compactsim.harness.oracle.step_loss`), token level,
    normalised once by the global trained-token count ``N = Σ_rows sample_mask · |trained tokens|``
    (+1e-8): nemo-rl-semantics §4.6, where per-micro-batch losses divided by the global count sum
@@ -57,6 +58,11 @@ def _model(config: object, weights: Mapping[str, torch.Tensor], *, grad: bool) -
     return model.requires_grad_(grad)
 
 
+def _same(a: Mapping[str, torch.Tensor], b: Mapping[str, torch.Tensor]) -> bool:
+    """Bit-identical weights under the same names (a NaN anywhere: never the same)."""
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
 def _row_logprobs(model: TinyPolicy, row: ExpectedRow, images: Sequence[torch.Tensor], routes: bool) -> torch.Tensor:
     """Logprobs of the row's trained tokens, in position order (carries the gradient when the model does)."""
     ids = torch.tensor([row.input_ids], dtype=torch.long)
@@ -98,7 +104,9 @@ def expected_step(
     denominator = n_tokens + NORMALIZER_EPS
 
     policy = _model(model_config, weights_before, grad=True)
-    reference = _model(model_config, reference_weights, grad=False) if beta != 0 and reference_weights else None
+    with_reference = bool(beta != 0 and reference_weights)
+    reference_is_policy = with_reference and _same(reference_weights, weights_before)  # type: ignore[arg-type]
+    reference = _model(model_config, reference_weights, grad=False) if with_reference and not reference_is_policy else None
     actor_total = 0.0
     kl_total = 0.0
     prob_error_total = 0.0
@@ -112,7 +120,9 @@ def expected_step(
         lp = _row_logprobs(policy, row, images, settings.router_replay)
         gen = torch.tensor(row.generation_logprobs, dtype=torch.float64)
         ref = None
-        if reference is not None:
+        if reference_is_policy:
+            ref = lp.detach()
+        elif reference is not None:
             with torch.no_grad():
                 ref = _row_logprobs(reference, row, images, settings.router_replay)
         contrib = row_loss(lp, gen, ref, row.advantage, loss_settings)

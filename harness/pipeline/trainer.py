@@ -5,7 +5,10 @@ order: plan every rollout → logical advantages (one per rollout, grouped by ta
 materialize rows and pad → `train_step`. `train_step(state, batch, cfg)` then runs:
 
 1. the reference policy's logprobs of every row (when the KL penalty is on), replaying the
-   recorded routes (an all ``-1`` route row falls back to the router);
+   recorded routes (an all ``-1`` route row falls back to the router). While the reference's
+   weights are still bit for bit the policy's (step 0, the reference being the initial policy),
+   that pass would repeat step 2's forwards on the same weights and microbatches, so those
+   forwards, detached, stand in for it, as they do for `prev` below;
 2. micro-batched forward/backward over all rows, sharded over `dp_size` simulated data-parallel
    ranks exactly as `TraceBatch.rank_rows` / `microbatch_rows` cut them; every microbatch loss
    is divided by the valid-token count of the *whole logical batch*, so summed gradients are
@@ -160,10 +163,13 @@ def train_step(state: TrainState, batch: TraceBatch, cfg: TrainerConfig) -> Step
     # ---- 1. logprobs under the reference; those under the current weights come with step 2's forwards
     prev = torch.zeros(batch.row_input_ids.shape, dtype=policy.dtype)  # (R, S), host
     ref = None
+    ref_is_prev = False  # the reference's weights are the policy's: its logprobs are `prev`, filled in step 2
     if loss_cfg.reference_policy_kl_penalty != 0:
         assert state.reference is not None, "TrainState has no reference policy but the KL penalty is on"
-        microbatches = [(rank, rows) for rank in range(batch.dp_size) for rows in batch.microbatch_rows(rank)]
-        ref = _all_logprobs(state.reference, batch, microbatches, row_images, row_routes)  # (R, S)
+        ref_is_prev = _same_weights(state.reference, policy)
+        if not ref_is_prev:
+            microbatches = [(rank, rows) for rank in range(batch.dp_size) for rows in batch.microbatch_rows(rank)]
+            ref = _all_logprobs(state.reference, batch, microbatches, row_images, row_routes)  # (R, S)
 
     # ---- 2. micro-batched forward/backward, one simulated dp rank after the other
     params = [p for p in policy.parameters() if p.requires_grad]
@@ -184,7 +190,7 @@ def train_step(state: TrainState, batch: TraceBatch, cfg: TrainerConfig) -> Step
                 advantages=mb.advantages,
                 prev_logprobs=mb_prev,
                 generation_logprobs=mb.generation_logprobs,
-                reference_logprobs=None if ref is None else ref[rows.start:rows.stop, : mb.width].to(device),
+                reference_logprobs=mb_prev if ref_is_prev else None if ref is None else ref[rows.start:rows.stop, : mb.width].to(device),
                 global_valid_tokens=n.tokens,
                 global_valid_seqs=n.seqs,
             )
@@ -194,6 +200,9 @@ def train_step(state: TrainState, batch: TraceBatch, cfg: TrainerConfig) -> Step
             (out.loss * batch.dp_size).backward()
             mb_metrics.append(out.metrics)
         rank_grads.append(_take_grads(params))  # this rank's accumulated gradient; .grad reset to None
+
+    if ref_is_prev:
+        ref = prev.clone()
 
     # ---- 3. all-reduce (mean over ranks, fixed rank order), then clip
     for i, p in enumerate(params):
@@ -280,6 +289,13 @@ def _slice(
         routes=None if row_routes is None else row_routes[a:b, :width].to(device),
         images=list(row_images[a:b]),
     )
+
+
+def _same_weights(a: torch.nn.Module, b: torch.nn.Module) -> bool:
+    """Whether two models hold bit-identical parameters and buffers (a NaN anywhere: never the same)."""
+    ta = [*a.named_parameters(), *a.named_buffers()]
+    tb = [*b.named_parameters(), *b.named_buffers()]
+    return len(ta) == len(tb) and all(na == nb and torch.equal(x, y) for (na, x), (nb, y) in zip(ta, tb))
 
 
 @torch.no_grad()

@@ -25,5 +25,6 @@ class Backend(ReferenceBackend):
         def no_replay(policy, batch_, microbatches, row_images, row_routes):
             return original(policy, batch_, microbatches, row_images, None)
 
-        with patch.object(T, "_all_logprobs", no_replay):
+        # a separate reference pass at every step, as NeMo-RL runs it (the reference trainer leaves it out at step 0)
+        with patch.object(T, "_all_logprobs", no_replay), patch.object(T, "_same_weights", lambda a, b: False):
             return super().train_step(state, batch, cfg)

@@ -36,5 +36,7 @@ class Backend(ReferenceBackend):
                 row_routes = None
             return all_logprobs(policy, batch_, microbatches, row_images, row_routes)
 
-        with patch.object(trainer_module, "_all_logprobs", logprobs):
+        # a separate reference pass at every step, as NeMo-RL runs it (the reference trainer leaves it out at step 0)
+        with patch.object(trainer_module, "_all_logprobs", logprobs), \
+                patch.object(trainer_module, "_same_weights", lambda a, b: False):
             return super().train_step(state, batch, cfg)

@@ -215,3 +215,53 @@ def test_route_rule_a_call_without_routes_is_all_sentinel_and_repairs_nothing():
     row = expected_row_routes([c1, c2], (1, 2), is_final_trace=True)
     assert row.routes[4].tolist() == [[-1, -1]] and row.repaired_positions == ()
     assert (row.routes[5:] == -1).all()
+
+
+# ------------------------------------------------------------------------------------------- reference
+
+
+def _truths(monkeypatch: pytest.MonkeyPatch, *, shortcut: bool) -> tuple[list[object], list[bool]]:
+    """The oracle's step truths for a two-step KL scenario, and per model it built whether that one takes gradients."""
+    from compactsim.harness.oracle import step, training
+    from compactsim.harness.runner import RunOptions, resolve_scenarios, run_scenario
+
+    truths: list[object] = []
+    built: list[bool] = []
+    expected_step, model = step.expected_step, step._model
+
+    def recording(*args: object, **kwargs: object) -> object:
+        out = expected_step(*args, **kwargs)
+        truths.append(out[0])
+        return out
+
+    monkeypatch.setattr(training, "expected_step", recording)
+    monkeypatch.setattr(step, "_model", lambda *a, grad: built.append(grad) or model(*a, grad=grad))
+    if not shortcut:
+        monkeypatch.setattr(step, "_same", lambda a, b: False)
+    record = run_scenario(resolve_scenarios(["kl-mask-sample-steps"])[0], RunOptions()).record
+    assert record.passed, record.findings
+    return truths, built
+
+
+def _same_value(a: object, b: object) -> bool:
+    if isinstance(a, torch.Tensor):
+        return torch.equal(a, b)  # type: ignore[arg-type]
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(_same_value(v, b[k]) for k, v in a.items())  # type: ignore[union-attr]
+    return a == b or (isinstance(a, float) and math.isnan(a) and math.isnan(b))  # type: ignore[arg-type]
+
+
+def test_the_reference_forward_is_left_out_only_while_its_weights_are_the_policy_s_and_the_truth_is_the_same(monkeypatch):
+    """Step 0's reference is the policy itself, so its logprobs are the policy's, detached (the module docstring's
+    claim); from step 1 the weights differ and the reference model is built again. Every field of every step's
+    truth equals the one computed with a second forward at every step, bit for bit."""
+    from dataclasses import fields
+
+    fast, fast_models = _truths(monkeypatch, shortcut=True)
+    monkeypatch.undo()
+    slow, slow_models = _truths(monkeypatch, shortcut=False)
+    assert (fast_models, slow_models) == ([True, True, False], [True, False, True, False])
+    assert len(fast) == len(slow) == 2 and fast[1].kl_penalty > 0  # type: ignore[attr-defined]
+    for f, s in zip(fast, slow, strict=True):
+        for name in (x.name for x in fields(f)):  # type: ignore[arg-type]
+            assert _same_value(getattr(f, name), getattr(s, name)), name

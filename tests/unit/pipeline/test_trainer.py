@@ -7,6 +7,7 @@ from collections import defaultdict
 from dataclasses import replace
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 
@@ -90,6 +91,54 @@ def test_prev_logprobs_equal_a_separate_no_grad_pass_bit_for_bit(k2, layout):
     result = train_step(state, batch, cfg)
     assert torch.equal(result.prev_logprobs, separate)
     assert not torch.equal(dict(state.policy.named_parameters())["lm_head.weight"], before.lm_head.weight)  # it trained
+
+
+@pytest.mark.parametrize("layout", [{}, {"policy": {"dp_size": 2, "train_micro_batch_size": 1}}], ids=["dp1", "dp2-mb1"])
+def test_reference_logprobs_skip_their_pass_only_while_the_weights_are_the_reference_s_and_match_it_bit_for_bit(
+        k2, layout, monkeypatch):
+    """While the reference's weights are the policy's (step 0), the training forwards stand in for the reference
+    pass (the docstring's claim): the same artifact and metrics as the separate pass, which step 1 takes again."""
+    from compactsim.harness.pipeline import trainer
+
+    cfg = make_cfg(overrides=layout)
+    assert cfg.loss_fn.reference_policy_kl_penalty != 0
+    batch = _batch(k2, cfg)
+    passes: list[int] = []
+    separate_pass = trainer._all_logprobs
+    monkeypatch.setattr(trainer, "_all_logprobs", lambda *a, **k: passes.append(1) or separate_pass(*a, **k))
+    fast_state = init_train_state(cfg)
+    fast = [train_step(fast_state, batch, cfg) for _ in range(2)]
+    assert passes == [1]  # step 1 only: the weights moved away from the reference at step 0
+
+    monkeypatch.setattr(trainer, "_same_weights", lambda a, b: False)
+    slow_state = init_train_state(cfg)
+    slow = [train_step(slow_state, batch, cfg) for _ in range(2)]
+    assert passes == [1, 1, 1]
+    for f, s in zip(fast, slow, strict=True):
+        assert f.metrics == s.metrics
+        assert f.artifact.arrays.keys() == s.artifact.arrays.keys() and "row_reference_logprobs" in f.artifact.arrays
+        for name, array in f.artifact.arrays.items():
+            assert np.array_equal(array, s.artifact.arrays[name]), name
+    step0 = fast[0].artifact.arrays
+    assert np.array_equal(step0["row_reference_logprobs"], step0["row_prev_logprobs"])  # the policy is the reference
+    assert not np.array_equal(fast[1].artifact.arrays["row_reference_logprobs"], fast[1].artifact.arrays["row_prev_logprobs"])
+    for (name, a), b in zip(fast_state.policy.named_parameters(), slow_state.policy.parameters(), strict=True):
+        assert torch.equal(a, b), name
+
+
+def test_same_weights_is_bit_identity_of_every_parameter_and_buffer():
+    from compactsim.harness.pipeline.trainer import _same_weights
+
+    a = TinyPolicy.from_seed(0, dtype=torch.float64)
+    b = copy.deepcopy(a)
+    assert _same_weights(a, b)
+    with torch.no_grad():
+        b.lm_head.bias[0] = torch.nextafter(b.lm_head.bias[0], torch.tensor(1.0, dtype=torch.float64))
+    assert not _same_weights(a, b)
+    with torch.no_grad():
+        a.lm_head.bias[0] = float("nan")
+    assert not _same_weights(a, a)  # NaN is never equal, so a diverged reference is always recomputed
+    assert not _same_weights(a, TinyPolicy.from_seed(0, dtype=torch.float64).blocks[0])
 
 
 def test_train_step_recomputes_generation_logprobs_within_1e5_in_float32():
