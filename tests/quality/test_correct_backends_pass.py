@@ -88,3 +88,34 @@ def test_the_independent_step_makes_the_refusals_the_readme_lists(scenario: str)
     rec = run_scenario(resolve_scenarios([scenario])[0], RunOptions(backend=spec)).record
     assert (rec.passed, tuple(rec.findings)) == (True, ()), [f.message for f in rec.findings]
     assert rec.observed == rec.expected and rec.observed.startswith("error:")
+
+
+EQUAL_INEXACT_REWARDS = """
+scenarios:
+  - name: equal-inexact-rewards
+    purpose: "Three rollouts earn 0.7 each: the std over equal rewards is exactly 0, so is every advantage."
+    tags: [groups, rewards, zero-advantage]
+    group_size: 3
+    compaction: recency-images-k2
+    script: {generate: {turns: 4}}
+    rewards: {fixed: 0.7}
+    trainer: {grpo: {use_leave_one_out_baseline: LOO}}
+"""
+
+
+@pytest.mark.parametrize("loo", [False, True])
+def test_nemo_s_one_pass_std_on_equal_inexact_rewards_is_reported_as_the_golden_spec_says(tmp_path, loo: bool):
+    """docs/golden-spec.md §9: without leave-one-out, mean(x²) − b² of three 0.7s is 1.67e-16, so NeMo-RL's one-pass
+    std is 1.58e-8 > 0 and every advantage 1.09e-10, not 0; with it, both forms give exactly 0 and the backend passes."""
+    path = tmp_path / "equal.yaml"
+    path.write_text(EQUAL_INEXACT_REWARDS.replace("LOO", str(loo).lower()))
+    scenario = resolve_scenarios([str(path)])[0]
+    reference = run_scenario(scenario, RunOptions()).record
+    assert (reference.passed, tuple(reference.findings)) == (True, ())
+    nemo = run_scenario(scenario, RunOptions(backend="tests.quality.correct_nemo_matrix_advantages:Backend")).record
+    if loo:
+        assert (nemo.passed, tuple(nemo.findings)) == (True, ())
+        return
+    rollouts = [f for f in nemo.findings if f.check == "rollout.advantage"]
+    assert [(f.expected, f.actual) for f in rollouts] == [(0.0, 1.0929488928438422e-10)] * 3
+    assert {"row.advantage", "train.loss", "train.gradient", "metric.exact"} <= {f.check for f in nemo.findings}
