@@ -61,6 +61,10 @@ TAG_CLAIMS = {
     "several-boundaries": ("splits a rollout into three traces or more", lambda ms: any(m[M.ROWS_PER_ROLLOUT_MAX] >= 3 for m in ms)),
     "mask-sample": ("filters a rollout by mask_sample", lambda ms: any(m[M.NUM_MASK_SAMPLE_FILTERED] > 0 for m in ms)),
     "steps": ("trains more than one step", lambda ms: len(ms) >= 2),
+    "importance-sampling": ("weights a step by an importance ratio other than 1",
+                            lambda ms: any(m["sampling_importance_ratio"] != 1.0 for m in ms)),
+    "zero-advantage": ("gives every rollout an advantage of 0",
+                       lambda ms: all(m[M.ADVANTAGES_MAX] == 0.0 == m[M.ADVANTAGES_MIN] for m in ms)),
 }
 
 
