@@ -183,3 +183,15 @@ def test_a_wrong_advantage_in_the_spec_dump_fails_verify(golden: Path, dumps: tu
     (scenario,) = json.loads(result.stdout)["scenarios"]
     assert [(f["check"], f["row"], f["position"], f["expected"], f["actual"]) for f in scenario["findings"]] == [
         ("row.advantage", "s0-g0-r1/trace-0", start, -1.0, 0.5)]
+
+
+@pytest.mark.parametrize("loo", [False, True])
+def test_the_replay_gives_equal_inexact_rewards_exactly_zero_advantages_as_the_spec_says(loo: bool):
+    """§9: equal members take b = their value and s = 0; the float mean of three 0.7s is 0.6999999999999998."""
+    from tests.spec_replay.replay import Trainer, group_advantages
+
+    trainer = Trainer(num_generations_per_prompt=3, leave_one_out=loo, normalize=True, clip_low=None, clip_high=None,
+                      dp_size=1, micro_batch_size=1, async_mode=False, importance_sampling_correction=False,
+                      router_replay=False, max_total_sequence_length=4096, make_sequence_length_divisible_by=1)
+    assert group_advantages([0.7, 0.7, 0.7], trainer) == [0.0, 0.0, 0.0]
+    assert group_advantages([0.1, 0.1, 0.7], trainer)[0] < 0 < group_advantages([0.1, 0.1, 0.7], trainer)[2]

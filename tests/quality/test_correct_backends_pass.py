@@ -106,7 +106,7 @@ scenarios:
 @pytest.mark.parametrize("loo", [False, True])
 def test_nemo_s_one_pass_std_on_equal_inexact_rewards_is_reported_as_the_golden_spec_says(tmp_path, loo: bool):
     """docs/golden-spec.md §9: without leave-one-out, mean(x²) − b² of three 0.7s is 1.67e-16, so NeMo-RL's one-pass
-    std is 1.58e-8 > 0 and every advantage 1.09e-10, not 0; with it, both forms give exactly 0 and the backend passes."""
+    std is 1.58e-8 > 0 and every advantage 1.09e-10, not 0; with it (two 0.7s each) its arithmetic is exact and it passes."""
     path = tmp_path / "equal.yaml"
     path.write_text(EQUAL_INEXACT_REWARDS.replace("LOO", str(loo).lower()))
     scenario = resolve_scenarios([str(path)])[0]

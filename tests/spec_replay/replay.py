@@ -723,10 +723,12 @@ def group_advantages(rewards: Sequence[float], t: Trainer, *, clip: bool = True)
         else:
             others = [x for j, x in enumerate(rewards) if j != i] if t.leave_one_out else list(rewards)
             m = len(others)
-            b = math.fsum(others) / m
             s = 0.0
-            if m > 1 and min(others) != max(others):
-                s = math.sqrt(math.fsum((x - b) ** 2 for x in others) / (m - 1))
+            if min(others) == max(others):  # equal members: b is that value, s is 0 (a float mean may be off by an ulp)
+                b = others[0]
+            else:
+                b = math.fsum(others) / m
+                s = math.sqrt(math.fsum((x - b) ** 2 for x in others) / (m - 1)) if m > 1 else 0.0
             a = r - b
             if t.normalize and s > 0:
                 a = a / (s + STD_EPSILON)
