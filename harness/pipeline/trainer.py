@@ -181,6 +181,10 @@ def train_step(state: TrainState, batch: TraceBatch, cfg: TrainerConfig) -> Step
             mb = _slice(batch, rows, row_images, row_routes, device)
             mb_curr = policy.token_logprobs(mb.ids, mb.images, mb.routes, mb.lengths)  # (mb, W)
             mb_prev = mb_curr.detach()  # the weights before the update (see the module docstring)
+            if ref_is_prev:
+                mb_ref = mb_prev
+            else:
+                mb_ref = None if ref is None else ref[rows.start:rows.stop, : mb.width].to(device)
             prev[rows.start:rows.stop, : mb.width] = mb_prev.cpu()
             out = clipped_pg_loss(
                 loss_cfg,
@@ -190,7 +194,7 @@ def train_step(state: TrainState, batch: TraceBatch, cfg: TrainerConfig) -> Step
                 advantages=mb.advantages,
                 prev_logprobs=mb_prev,
                 generation_logprobs=mb.generation_logprobs,
-                reference_logprobs=mb_prev if ref_is_prev else None if ref is None else ref[rows.start:rows.stop, : mb.width].to(device),
+                reference_logprobs=mb_ref,
                 global_valid_tokens=n.tokens,
                 global_valid_seqs=n.seqs,
             )
@@ -292,10 +296,14 @@ def _slice(
 
 
 def _same_weights(a: torch.nn.Module, b: torch.nn.Module) -> bool:
-    """Whether two models hold bit-identical parameters and buffers (a NaN anywhere: never the same)."""
+    """Whether two models hold bit-identical parameters and buffers: same names, dtypes, devices and values
+    (`torch.equal` alone would call a float32 copy equal to its float64 original; a NaN is never equal)."""
     ta = [*a.named_parameters(), *a.named_buffers()]
     tb = [*b.named_parameters(), *b.named_buffers()]
-    return len(ta) == len(tb) and all(na == nb and torch.equal(x, y) for (na, x), (nb, y) in zip(ta, tb))
+    return len(ta) == len(tb) and all(
+        na == nb and x.dtype == y.dtype and x.device == y.device and torch.equal(x, y)
+        for (na, x), (nb, y) in zip(ta, tb)
+    )
 
 
 @torch.no_grad()

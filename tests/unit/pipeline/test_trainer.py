@@ -139,6 +139,8 @@ def test_same_weights_is_bit_identity_of_every_parameter_and_buffer():
         a.lm_head.bias[0] = float("nan")
     assert not _same_weights(a, a)  # NaN is never equal, so a diverged reference is always recomputed
     assert not _same_weights(a, TinyPolicy.from_seed(0, dtype=torch.float64).blocks[0])
+    single = TinyPolicy.from_seed(0, dtype=torch.float32)
+    assert not _same_weights(single, copy.deepcopy(single).to(torch.float64))  # equal values, another dtype: not the same
 
 
 def test_train_step_recomputes_generation_logprobs_within_1e5_in_float32():
