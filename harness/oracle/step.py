@@ -59,7 +59,8 @@ def _model(config: object, weights: Mapping[str, torch.Tensor], *, grad: bool) -
 
 
 def _same(a: Mapping[str, torch.Tensor], b: Mapping[str, torch.Tensor]) -> bool:
-    """Bit-identical weights under the same names (a NaN anywhere: never the same)."""
+    """Equal values under the same names, so `_model` builds the same float64 model from both (a float32 copy of
+    float64 weights is equal only where it holds them exactly; a NaN is never equal)."""
     return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
