@@ -55,8 +55,18 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _bodies() -> list[dict]:
-    """One request per client: a short computer-use style conversation with metadata."""
+#: Scripted turns per client: every request of a run is a call of its own (see `_bodies`), never a retry.
+TURNS = 128
+
+
+def _bodies(turn: int = 1) -> list[dict]:
+    """One request per client: a short computer-use style conversation with metadata, as call `turn` of its rollout.
+
+    The turn hint makes each (client, turn) a distinct call with its own scripted logprobs and routes, as a
+    collection sends them; re-sending one body would measure retries of a single call instead.
+    """
+    if not 1 <= turn <= TURNS:
+        raise ValueError(f"turn {turn}: the bench script has turns 1..{TURNS}")
     out = []
     for i in range(CLIENTS):
         out.append({
@@ -66,14 +76,15 @@ def _bodies() -> list[dict]:
                 {"role": "user", "content": f"Open the settings panel (task {i})."},
             ],
             "logprobs": True, "top_logprobs": 0, "return_tokens_as_token_ids": True, "return_token_ids": True,
-            "metadata": {"compactsim_rollout_id": f"bench-{i}", "compactsim_turn": "1"},
+            "metadata": {"compactsim_rollout_id": f"bench-{i}", "compactsim_turn": str(turn)},
         })
     return out
 
 
 def _settings_json() -> str:
-    script = {f"bench-{i}": [{"reasoning": "I should open the settings first.",
-                              "tool_calls": [{"name": "click", "arguments": {"x": 120, "y": 48}}]}] for i in range(CLIENTS)}
+    """Every turn answers the same step (reasoning and one tool call), so every answer has the bare body's shape."""
+    step = {"reasoning": "I should open the settings first.", "tool_calls": [{"name": "click", "arguments": {"x": 120, "y": 48}}]}
+    script = {f"bench-{i}": [step] * TURNS for i in range(CLIENTS)}
     return json.dumps({"mode": "scripted", "seed": 1, "script": script})
 
 
@@ -139,13 +150,13 @@ async def _read_answer(reader: asyncio.StreamReader) -> tuple[int, bytes]:
     return status, await reader.readexactly(length)
 
 
-async def _round(port: int, requests: list[bytes], per_client: int) -> tuple[float, list[float]]:
-    """Requests/s and per-request latencies (s) for one keep-alive connection per request, `per_client` requests each."""
+async def _round(port: int, requests: list[list[bytes]]) -> tuple[float, list[float]]:
+    """Requests/s and per-request latencies (s): one keep-alive connection per client, sending its requests in order."""
     conns = [await asyncio.open_connection("127.0.0.1", port) for _ in requests]
     lat: list[float] = []
 
-    async def worker(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, request: bytes) -> None:
-        for _ in range(per_client):
+    async def worker(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, sequence: list[bytes]) -> None:
+        for request in sequence:
             t0 = time.perf_counter()
             writer.write(request)
             status, body = await _read_answer(reader)
@@ -156,7 +167,7 @@ async def _round(port: int, requests: list[bytes], per_client: int) -> tuple[flo
     try:
         t0 = time.perf_counter()
         await asyncio.gather(*(worker(r, w, q) for (r, w), q in zip(conns, requests)))
-        return len(requests) * per_client / (time.perf_counter() - t0), lat
+        return sum(map(len, requests)) / (time.perf_counter() - t0), lat
     finally:
         for _, w in conns:
             w.close()
@@ -182,13 +193,18 @@ async def _http_bench(rounds: int, per_client: int, tmp: Path) -> dict:
             fixed_path.write_bytes((await c.post(mock_url + "/v1/chat/completions", json=bodies[0])).content)
         bare = _serve("bare", ports["bare"], fixed_path)
         await _wait(bare_url)
-        requests = [_request_bytes(b) for b in bodies]
+        # per client, the calls of a round: turns after those of the burn-in and the earlier rounds (each server
+        # sees every call once; the bare one ignores them)
+        def calls(first_turn: int, count: int) -> list[list[bytes]]:
+            turns = [[_request_bytes(b) for b in _bodies(first_turn + k)] for k in range(count)]
+            return [[turns[k][c] for k in range(count)] for c in range(CLIENTS)]
+
         res: dict[str, list] = {"bare": [], "mock": [], "bare_lat": [], "mock_lat": []}
         for name in ("bare", "mock"):  # burn-in
-            await _round(ports[name], requests, 2)
-        for _ in range(rounds):
+            await _round(ports[name], calls(2, 2))
+        for r in range(rounds):
             for name in ("bare", "mock"):
-                rps, lat = await asyncio.wait_for(_round(ports[name], requests, per_client), timeout=120)
+                rps, lat = await asyncio.wait_for(_round(ports[name], calls(4 + r * per_client, per_client)), timeout=120)
                 res[name].append(rps)
                 res[f"{name}_lat"] += lat
         return {
@@ -218,10 +234,9 @@ async def _asgi_bench(n: int) -> dict:
 
     OFFLOAD_HANDLERS.set(False)
 
-    bodies = _bodies()
     mock = create_app(ServerSettings.model_validate_json(_settings_json()))
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=mock), base_url="http://m") as c:
-        fixed = (await c.post("/v1/chat/completions", json=bodies[0])).content
+        fixed = (await c.post("/v1/chat/completions", json=_bodies()[0])).content
     bare = FastAPI()
 
     @bare.post("/v1/chat/completions")
@@ -232,12 +247,14 @@ async def _asgi_bench(n: int) -> dict:
     out: dict[str, list[float]] = {"bare": [], "mock": []}
     clients = {name: httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://m")
                for name, app in (("bare", bare), ("mock", mock))}
+    per_round = -(-n // CLIENTS)  # turns a round takes from each client
     try:
         for rnd in range(6):  # round 0 is burn-in
+            rounds_bodies = [_bodies(2 + rnd * per_round + k) for k in range(per_round)]  # turn 1 made `fixed`
             for name, c in clients.items():
                 t0 = time.perf_counter()
                 for i in range(n):
-                    await c.post("/v1/chat/completions", json=bodies[i % CLIENTS])
+                    await c.post("/v1/chat/completions", json=rounds_bodies[i // CLIENTS][i % CLIENTS])
                 if rnd:
                     out[name].append(n / (time.perf_counter() - t0))
     finally:
