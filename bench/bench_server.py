@@ -197,7 +197,7 @@ async def _http_bench(rounds: int, per_client: int, tmp: Path) -> dict:
         # sees every call once; the bare one ignores them)
         def calls(first_turn: int, count: int) -> list[list[bytes]]:
             turns = [[_request_bytes(b) for b in _bodies(first_turn + k)] for k in range(count)]
-            return [[turns[k][c] for k in range(count)] for c in range(CLIENTS)]
+            return [list(client) for client in zip(*turns)]
 
         res: dict[str, list] = {"bare": [], "mock": [], "bare_lat": [], "mock_lat": []}
         for name in ("bare", "mock"):  # burn-in
@@ -250,11 +250,11 @@ async def _asgi_bench(n: int) -> dict:
     per_round = -(-n // CLIENTS)  # turns a round takes from each client
     try:
         for rnd in range(6):  # round 0 is burn-in
-            rounds_bodies = [_bodies(2 + rnd * per_round + k) for k in range(per_round)]  # turn 1 made `fixed`
+            round_bodies = [_bodies(2 + rnd * per_round + k) for k in range(per_round)]  # turn 1 made `fixed`
             for name, c in clients.items():
                 t0 = time.perf_counter()
                 for i in range(n):
-                    await c.post("/v1/chat/completions", json=rounds_bodies[i // CLIENTS][i % CLIENTS])
+                    await c.post("/v1/chat/completions", json=round_bodies[i // CLIENTS][i % CLIENTS])
                 if rnd:
                     out[name].append(n / (time.perf_counter() - t0))
     finally:

@@ -728,7 +728,7 @@ def group_advantages(rewards: Sequence[float], t: Trainer, *, clip: bool = True)
                 b = others[0]
             else:
                 b = math.fsum(others) / m
-                s = math.sqrt(math.fsum((x - b) ** 2 for x in others) / (m - 1)) if m > 1 else 0.0
+                s = math.sqrt(math.fsum((x - b) ** 2 for x in others) / (m - 1))  # unequal members: m >= 2
             a = r - b
             if t.normalize and s > 0:
                 a = a / (s + STD_EPSILON)
