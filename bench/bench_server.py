@@ -9,6 +9,10 @@ per request at this concurrency, which capped both servers near 340 req/s and sh
 size as a scripted answer, so the ratio measures what the mock costs on top of FastAPI: parsing,
 digesting, rendering, scripted logprobs/routes and serialisation. The in-process ASGI comparison
 (no sockets) isolates the handler cost; target: scripted mock >= 0.5x the bare handler's requests/s.
+Two bounds are timed in the same rounds and reported beside it (no target): the mock app with its
+chat handler answering at once (the ceiling any handler could reach behind the mock's middlewares
+and routing) and a plain FastAPI endpoint that validates the body into the same pydantic model and
+returns the same answer as a `JSONResponse` (the least work this endpoint's contract implies).
 
 Policy-mode generation speed is measured in-process (no HTTP), side by side against the
 module-path cached decoding the issue measured (`ModulePathDecoding`: a torch KV cache run through
@@ -45,6 +49,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from bench.results_io import Metric, write_result  # noqa: E402
+from compactsim.mock_servers.model_server.schemas import ChatCompletionRequest  # noqa: E402  (resolves `validated`'s body)
 
 CLIENTS = 32
 
@@ -226,17 +231,26 @@ async def _asgi_bench(n: int) -> dict:
 
     The handlers run inline, as compactsim's in-process transport serves them (`OFFLOAD_HANDLERS`
     off): no hop to the worker loop a socket server keeps for `/health`.
+
+    Two more apps, timed in the same rounds, bound what any handler could reach (no target):
+    ``boundary`` is the mock app itself with its chat handler answering the fixed body at once
+    (its middlewares, routing and dependency, none of the pipeline): the ceiling of the ratio;
+    ``idiomatic`` is the plain FastAPI way to do the least this endpoint must do, the request
+    validated into the mock's own pydantic model and the same answer returned as a `JSONResponse`.
     """
     from fastapi import FastAPI
+    from starlette.responses import JSONResponse
 
     from compactsim.mock_servers.limits import OFFLOAD_HANDLERS
     from compactsim.mock_servers.model_server import ServerSettings, create_app
+    from compactsim.mock_servers.model_server.routes import chat as chat_route
 
     OFFLOAD_HANDLERS.set(False)
 
     mock = create_app(ServerSettings.model_validate_json(_settings_json()))
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=mock), base_url="http://m") as c:
         fixed = (await c.post("/v1/chat/completions", json=_bodies()[0])).content
+    fixed_obj = json.loads(fixed)
     bare = FastAPI()
 
     @bare.post("/v1/chat/completions")
@@ -244,24 +258,48 @@ async def _asgi_bench(n: int) -> dict:
         await request.body()
         return Response(content=fixed, media_type="application/json")
 
-    out: dict[str, list[float]] = {"bare": [], "mock": []}
-    clients = {name: httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://m")
-               for name, app in (("bare", bare), ("mock", mock))}
+    idiomatic = FastAPI()
+
+    @idiomatic.post("/v1/chat/completions")
+    async def validated(req: ChatCompletionRequest) -> JSONResponse:
+        return JSONResponse(fixed_obj)
+
+    async def answer_fixed(state, endpoint: str, raw: bytes) -> Response:  # the boundary app's whole pipeline
+        return Response(content=fixed, media_type="application/json")
+
+    boundary = create_app(ServerSettings.model_validate_json(_settings_json()))
+    pipeline = chat_route.handle  # the route calls `handle` from its module: swapped only while `boundary` is timed
+
+    apps = (("bare", bare), ("mock", mock), ("boundary", boundary), ("idiomatic", idiomatic))
+    out: dict[str, list[float]] = {name: [] for name, _ in apps}
+    clients = {name: httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://m") for name, app in apps}
     per_round = -(-n // CLIENTS)  # turns a round takes from each client
     try:
         for rnd in range(6):  # round 0 is burn-in
             round_bodies = [_bodies(2 + rnd * per_round + k) for k in range(per_round)]  # turn 1 made `fixed`
             for name, c in clients.items():
-                t0 = time.perf_counter()
-                for i in range(n):
-                    await c.post("/v1/chat/completions", json=round_bodies[i // CLIENTS][i % CLIENTS])
+                chat_route.handle = answer_fixed if name == "boundary" else pipeline
+                try:
+                    t0 = time.perf_counter()
+                    for i in range(n):
+                        answer = await c.post("/v1/chat/completions", json=round_bodies[i // CLIENTS][i % CLIENTS])
+                        if answer.status_code != 200:
+                            raise RuntimeError(f"{name}: {answer.status_code} {answer.text[:200]}")
+                finally:
+                    chat_route.handle = pipeline
                 if rnd:
                     out[name].append(n / (time.perf_counter() - t0))
     finally:
         for c in clients.values():
             await c.aclose()
+
+    def ratio(name: str) -> float:
+        return statistics.median(m / b for m, b in zip(out[name], out["bare"]))
+
     return {"bare_rps": statistics.median(out["bare"]), "mock_rps": statistics.median(out["mock"]),
-            "ratio": statistics.median(m / b for m, b in zip(out["mock"], out["bare"])), "n": len(out["mock"]), "requests": n}
+            "boundary_rps": statistics.median(out["boundary"]), "idiomatic_rps": statistics.median(out["idiomatic"]),
+            "ratio": ratio("mock"), "boundary_ratio": ratio("boundary"), "idiomatic_ratio": ratio("idiomatic"),
+            "n": len(out["mock"]), "requests": n}
 
 
 class ModulePathDecoding:
@@ -345,6 +383,9 @@ def main() -> None:
     a = asyncio.run(_asgi_bench(200))
     print(f"in-process ASGI handler cost, scripted mock/bare: median {a['ratio']:.2f}x (n={a['n']} rounds of {a['requests']} "
           f"sequential requests; bare {a['bare_rps']:.0f} req/s, scripted {a['mock_rps']:.0f} req/s; target >= 0.5x)")
+    print(f"  bounds, same rounds: the mock app with a no-op chat handler {a['boundary_ratio']:.2f}x (the ceiling: "
+          f"middlewares, routing, dependency); a plain FastAPI endpoint validating the body into the same pydantic "
+          f"model and returning the same answer as a JSONResponse {a['idiomatic_ratio']:.2f}x")
     policy = {}
     for dtype in ("float64", "float32"):
         p = policy[dtype] = _policy_bench(args.policy_requests, dtype)
@@ -358,6 +399,8 @@ def main() -> None:
                   "response_bytes": h["response_bytes"], "asgi_requests": a["requests"],
                   "policy_requests": args.policy_requests},
         metrics=[Metric("scripted mock / bare FastAPI, in-process handler", a["ratio"], "x", ">= 0.5"),
+                 Metric("mock app, no-op chat handler / bare FastAPI, in-process (the ceiling)", a["boundary_ratio"], "x"),
+                 Metric("FastAPI pydantic body + JSONResponse / bare FastAPI, in-process", a["idiomatic_ratio"], "x"),
                  Metric("scripted mock / bare FastAPI, HTTP", h["ratio"], "x"),
                  Metric("policy decode (float64) / module-path decode", policy["float64"]["speedup"], "x", ">= 4"),
                  Metric("policy decode (float32) / module-path decode", policy["float32"]["speedup"], "x", ">= 4"),
