@@ -165,8 +165,19 @@ def model_server_settings(scenario: Scenario) -> dict[str, Any]:
 
 
 def reward_server_settings(scenario: Scenario) -> dict[str, Any]:
-    """`RewardSettings` JSON for the mock reward server."""
-    return {"rule": scenario.rewards.rule_json(), "mask_sample_indices": sorted(set(scenario.mask_sample))}
+    """`RewardSettings` JSON for the mock reward server.
+
+    `mask_sample` goes by rollout index (every group, every step); once a rollout override sets its own
+    `mask_sample`, by rollout id instead: every step's rollouts `Scenario.masks_sample` flags.
+    """
+    settings: dict[str, Any] = {"rule": scenario.rewards.rule_json()}
+    if any(o.mask_sample is not None for o in scenario.rollouts):
+        settings["mask_sample_rollout_ids"] = sorted(
+            s.rollout_id for step in range(scenario.steps) for s in slots(scenario, step)
+            if scenario.masks_sample(s.group, s.index, step=step))
+    else:
+        settings["mask_sample_indices"] = sorted(set(scenario.mask_sample))
+    return settings
 
 
 # ---------------------------------------------------------------------------------------------- the step batch

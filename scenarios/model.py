@@ -22,7 +22,7 @@ import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, ValidationError, field_validator, model_validator
 
 from compactsim.agents.compaction.config import ContextHistoryConfig
 from compactsim.agents.compaction.presets import policy_preset
@@ -202,6 +202,10 @@ class RolloutOverride(_Strict):
     send_required_prefix: bool | None = None
     max_steps: StrictInt | None = Field(None, ge=1)
     max_output_tokens: StrictInt | None = Field(None, ge=1, le=MAX_OUTPUT_TOKENS)
+    #: True: the verify answer of these rollouts sets `mask_sample`; False: it does not, even where the
+    #: scenario's `mask_sample` lists their index. One group's rollout masked and the same index of the
+    #: other groups not is what tells a trainer that keys the flag by rollout index from one keying it by rollout.
+    mask_sample: StrictBool | None = None
 
     @field_validator("compaction")
     @classmethod
@@ -542,6 +546,14 @@ class Scenario(_Strict):
             if o.applies(group, index, step):
                 found = o
         return found
+
+    def masks_sample(self, group: int, index: int, *, step: int) -> bool:
+        """Whether the verify answer of that rollout (collected at `step`) sets `mask_sample`: the override's
+        `mask_sample` when the applying override sets one, else whether `mask_sample` lists the index."""
+        o = self.override(group, index, step=step)
+        if o is not None and o.mask_sample is not None:
+            return o.mask_sample
+        return index in self.mask_sample
 
     def task_of(self, group: int) -> int:
         """The task number group `group` asks (`tasks[group]`, else `group`)."""

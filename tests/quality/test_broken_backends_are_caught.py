@@ -151,6 +151,9 @@ BROKEN = (
     "warmup_from_parameter_step_count",
     "pixel_buffers_reused_by_shape",
     "batch_checked_only_at_first_step",  # needs a refusal at step 1: the catalogue's verdict test now reads later steps
+    # ninth: every catalogue mask_sample list masked the same indices in every group; a per-rollout override
+    # (mask-sample-one-group) is what shows a flag keyed by rollout index
+    "mask_sample_keyed_by_rollout_index",
 )
 #: Backends that train right but report one loss metric wrong: `train.metric` must name `EXPECTED_KEY`.
 MISREPORTING = (

@@ -120,6 +120,16 @@ def test_server_settings_script_every_step_and_carry_mode_drift_rewards_and_mask
     RewardSettings.model_validate(reward_server_settings(s))
 
 
+def test_a_mask_sample_override_lists_the_masked_rollouts_by_id_for_the_reward_server():
+    from compactsim.mock_servers.reward_server import RewardSettings
+
+    s = _s(steps=2, groups=2, group_size=2, mask_sample=[0], rollouts=[{"index": 1, "group": 1, "steps": [1], "mask_sample": True}])
+    settings = reward_server_settings(s)
+    assert settings == {"rule": {"kind": "pattern", "pattern": [1.0, 0.0]},
+                        "mask_sample_rollout_ids": ["s0-g0-r0", "s0-g1-r0", "s1-g0-r0", "s1-g1-r0", "s1-g1-r1"]}
+    RewardSettings.model_validate(settings)
+
+
 def _fake(rid: str, result=None):
     return {"rollout_id": rid, "result": result}
 

@@ -50,6 +50,18 @@ def test_overrides_apply_per_rollout_index_and_group():
     assert (s.setting("max_steps", 1, 2, step=0), s.setting("max_steps", 0, 2, step=0)) == (2, 5)
 
 
+def test_an_override_sets_or_clears_mask_sample_for_its_rollouts_only():
+    """The scenario's `mask_sample` masks an index in every group; an override masks one group's rollout, or
+    unmasks it, at its steps only."""
+    s = _s(groups=2, group_size=3, steps=2, mask_sample=[2],
+           rollouts=[{"index": 1, "group": 1, "mask_sample": True}, {"index": 2, "group": 0, "steps": [1], "mask_sample": False}])
+    assert [[s.masks_sample(g, i, step=k) for g in range(2) for i in range(3)] for k in range(2)] == [
+        [False, False, True, False, True, True],
+        [False, False, False, False, True, True]]
+    assert Scenario.model_validate(s.to_data()) == s
+    assert "mask_sample" in _error(rollouts=[{"index": 0, "mask_sample": 1}])  # a flag, not a number
+
+
 def test_an_override_with_steps_applies_at_those_steps_only():
     """Text-only rollouts at steps 0 and 1, screenshots at step 2: the image parameters get no gradient for two
     steps, then one."""
