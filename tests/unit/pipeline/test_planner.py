@@ -267,6 +267,39 @@ def test_first_call_declared_append_compatible_is_rejected():
     assert "no previous call to extend" in str(info.value)
 
 
+def test_a_first_call_declaring_both_append_and_boundary_is_the_append_mismatch():
+    """Golden spec §6: for the first call the declared append is checked before the declared boundary."""
+    resp = build_response([Call([1], [2])])
+    resp["boundary_events"] = [{"event_id": "b1", "trigger_after_step": 0, "applies_to_step": 1}]
+    resp["model_call_metadata"][0].update(compaction_event_id="b1", expected_append_compatible=True)
+    with pytest.raises(ContractError) as info:
+        plan_rollout(resp)
+    assert (info.value.code, info.value.turn_id) == ("append_declaration_mismatch", 1)
+
+
+@pytest.mark.parametrize("value, turn", [({"turn_id": 1}, None), ([7], 1), ([{"turn_id": "one"}], 1)])
+def test_a_record_list_the_shape_does_not_read_must_still_be_a_list_of_records(value, turn):
+    """Golden spec §3 (order of errors, step 2): a transport response reads `model_call_metadata`, yet a
+    `completion_evidence` beside it that is not a list, or holds a bad record, is `malformed_payload`."""
+    resp = build_response([Call([1, 2], [3])])
+    assert "completion_evidence" not in resp
+    resp["completion_evidence"] = value
+    with pytest.raises(ContractError) as info:
+        plan_rollout(resp)
+    assert (info.value.code, info.value.rollout_id, info.value.turn_id) == ("malformed_payload", "rollout-0", turn)
+
+
+def test_the_contract_rollout_id_falls_back_to_the_trace_contract_s_when_the_compaction_contract_s_is_unreadable():
+    """Golden spec §3: the rollout an error names is `context_compaction_contract.rollout_id` when a string, else
+    `rollout_trace_contract.rollout_id`."""
+    resp = build_response([Call([1, 2], [3])])
+    resp["rollout_trace_contract"] = {"rollout_id": "from-the-trace-contract"}
+    resp["context_compaction_contract"]["rollout_id"] = 7
+    with pytest.raises(ContractError) as info:
+        plan_rollout(resp)
+    assert (info.value.code, info.value.rollout_id) == ("malformed_payload", "from-the-trace-contract")
+
+
 def test_boundary_applied_to_the_first_call_is_rejected():
     resp = build_response([Call([1], [2])])
     resp["boundary_events"] = [{"event_id": "b1", "trigger_after_step": 0, "applies_to_step": 1}]
