@@ -90,6 +90,8 @@ def special_id(name: str) -> int:
 def _check_text(text: str) -> None:
     if not isinstance(text, str):
         raise ConfigError("invalid_argument", f"text={text!r} ({type(text).__name__}): expected str")
+    if text.isascii():  # no surrogate can be there (one C pass instead of a Python loop per character)
+        return
     for i, ch in enumerate(text):
         cp = ord(ch)
         if 0xD800 <= cp <= 0xDFFF and not (_ESCAPE_LO <= cp <= _ESCAPE_HI):
