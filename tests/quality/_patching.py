@@ -23,6 +23,27 @@ def loss_replaced(wrap: Callable[[Callable[..., LossOutput]], Callable[..., Loss
         yield
 
 
+def loss_variant(*edits: tuple[str, str]) -> Callable[..., LossOutput]:
+    """The reference `clipped_pg_loss` rebuilt from its own source with each (old, new) text edit made: for a bug
+    inside the loss body, which no wrapper around the function can make. Each `old` must occur exactly once, so an
+    edit of the reference that moves the text fails here instead of building a loss without the bug."""
+    import __future__
+    import inspect
+
+    from compactsim.harness.pipeline import loss as loss_module
+
+    source = inspect.getsource(loss_module.clipped_pg_loss)
+    for old, new in edits:
+        if source.count(old) != 1:
+            raise AssertionError(f"loss_variant: {old!r} occurs {source.count(old)} times in clipped_pg_loss")
+        source = source.replace(old, new)
+    namespace = dict(vars(loss_module))
+    # annotations stay strings, as in the module (`torch` is imported inside the function, not at module level)
+    code = compile(source, "<clipped_pg_loss variant>", "exec", flags=__future__.annotations.compiler_flag, dont_inherit=True)
+    exec(code, namespace)  # noqa: S102 - test-only sabotage
+    return namespace["clipped_pg_loss"]
+
+
 @contextmanager
 def step_with_group_changes(optimizer: Any, change: Callable[[dict[str, Any]], dict[str, Any]]) -> Iterator[None]:
     """Run the block with each `optimizer.step()` first setting, in every param group, the values `change(group)`

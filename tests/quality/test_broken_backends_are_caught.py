@@ -154,6 +154,15 @@ BROKEN = (
     # ninth: every catalogue mask_sample list masked the same indices in every group; a per-rollout override
     # (mask-sample-one-group) is what shows a flag keyed by rollout index
     "mask_sample_keyed_by_rollout_index",
+    # settings the catalogue had only one at a time, rewards floats cannot hold, weights above the dual-clip bound
+    # (68-red-team-9.yaml)
+    "advantage_clip_only_when_normalized",
+    "leave_one_out_forced_when_unnormalized",
+    "std_below_epsilon_left_unnormalized",
+    "one_pass_leave_one_out_std",
+    "async_drops_truncation",
+    "stale_rows_lose_mask_sample",
+    "dual_clip_after_importance_weights",
 )
 #: Backends that train right but report one loss metric wrong: `train.metric` must name `EXPECTED_KEY`.
 MISREPORTING = (
@@ -165,6 +174,8 @@ MISREPORTING = (
     "reward_mean_over_physical_rows",
     # sixth red team
     "token_mult_prob_error_microbatch_mean",
+    # ninth red team: a truncated run with a masked rollout
+    "is_oob_ratio_counts_masked_rows",
 )
 #: Backends that fail outright: the run must end in a `backend.error` finding, not a crash.
 CRASHING = ("crashing_train_step", "malformed_result", "exits_the_process", "unprintable_error", "version_not_advanced",
