@@ -95,6 +95,14 @@ def next_token_frame(kwargs: dict[str, Any]) -> tuple[Any, Any, Any]:
     return curr, prev, mask
 
 
+def materialized_with_advantage_settings(plans: Any, cfg: Any, **settings: Any) -> Any:
+    """The reference's batch with every rollout's advantage computed under `cfg`'s advantage settings changed by
+    `settings` (e.g. ``use_leave_one_out_baseline=True``); rows, order and every check are the reference's."""
+    acfg = cfg.advantage_config().model_copy(update=settings)
+    logical = compute_logical_advantages([p.evidence for p in plans], acfg)
+    return prepare_trace_batch(plans, None, logical, cfg.materialize_config())
+
+
 def materialized_with_groups_by(plans: Any, cfg: Any, key: Callable[[Any], str]) -> Any:
     """The reference's batch with GRPO groups formed by `key(evidence)` instead of the contract's group key.
 

@@ -8,9 +8,8 @@ normalised, where this trainer is right; `advantage-clip-unnormalized` (raw leav
 
 from __future__ import annotations
 
-from compactsim.harness.pipeline import advantages as A
 from compactsim.harness.pipeline.backend import ReferenceBackend
-from compactsim.harness.pipeline.materializer import prepare_trace_batch
+from tests.quality._patching import materialized_with_advantage_settings
 
 EXPECTED_CHECK = "row.advantage"
 SCENARIO = "advantage-clip-unnormalized"
@@ -23,6 +22,4 @@ class Backend(ReferenceBackend):
         acfg = cfg.advantage_config()
         if acfg.normalize_rewards or (acfg.advantage_clip_low is None and acfg.advantage_clip_high is None):
             return super().materialize(plans, cfg)
-        unclipped = acfg.model_copy(update={"advantage_clip_low": None, "advantage_clip_high": None})
-        logical = A.compute_logical_advantages([p.evidence for p in plans], unclipped)
-        return prepare_trace_batch(plans, None, logical, cfg.materialize_config())
+        return materialized_with_advantage_settings(plans, cfg, advantage_clip_low=None, advantage_clip_high=None)

@@ -8,9 +8,8 @@ With normalisation on the flag is honoured, so each setting alone (`no-leave-one
 
 from __future__ import annotations
 
-from compactsim.harness.pipeline import advantages as A
 from compactsim.harness.pipeline.backend import ReferenceBackend
-from compactsim.harness.pipeline.materializer import prepare_trace_batch
+from tests.quality._patching import materialized_with_advantage_settings
 
 EXPECTED_CHECK = "row.advantage"
 SCENARIO = "plain-baseline-unnormalized"
@@ -23,6 +22,4 @@ class Backend(ReferenceBackend):
         acfg = cfg.advantage_config()
         if acfg.normalize_rewards or acfg.use_leave_one_out_baseline:
             return super().materialize(plans, cfg)
-        forced = acfg.model_copy(update={"use_leave_one_out_baseline": True})
-        logical = A.compute_logical_advantages([p.evidence for p in plans], forced)
-        return prepare_trace_batch(plans, None, logical, cfg.materialize_config())
+        return materialized_with_advantage_settings(plans, cfg, use_leave_one_out_baseline=True)
