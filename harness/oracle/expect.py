@@ -38,7 +38,7 @@ from compactsim.harness.oracle.rows import batch_route_layout, expected_rows
 from compactsim.harness.oracle.truth import RolloutTruth, read_truth
 from compactsim.scenarios.build import RESUBMITTED_SUFFIX
 from compactsim.scenarios.build import rollout_id as slot_rollout_id
-from compactsim.scenarios.build import slots
+from compactsim.scenarios.build import slot_of, slots
 from compactsim.scenarios.metric_expectations import parse_metric_expectations
 from compactsim.scenarios.model import Scenario
 
@@ -99,16 +99,11 @@ def expected_reward(scenario: Scenario, truth: RolloutTruth) -> float:
     return float(p.reward_true if hit else p.reward_false)
 
 
-def _masked_rollouts(scenario: Scenario, truths: Sequence[RolloutTruth]) -> dict[str, bool]:
-    """Rollout id -> whether the scenario has its verify answer set `mask_sample`: `Scenario.masks_sample` at the
-    slot its spec id names, collected at that slot's step (a resubmitted copy carries its original's answer)."""
-    slot_of = {s.rollout_id: s for step in range(scenario.steps) for s in slots(scenario, step)}
-    out: dict[str, bool] = {}
-    for truth in truths:
-        slot = slot_of.get(truth.spec_rollout_id.removesuffix(RESUBMITTED_SUFFIX))
-        out[truth.rollout_id] = (scenario.masks_sample(slot.group, slot.index, step=slot.step) if slot is not None
-                                 else (truth.rollout_index or 0) in scenario.mask_sample)
-    return out
+def _masks_sample(scenario: Scenario, truth: RolloutTruth) -> bool:
+    """Whether the scenario has this rollout's verify answer set `mask_sample`: `Scenario.masks_sample` at the slot
+    its spec id names, collected at that slot's step (a resubmitted copy carries its original's answer)."""
+    slot = slot_of(scenario, truth.spec_rollout_id.removesuffix(RESUBMITTED_SUFFIX))
+    return scenario.masks_sample(slot.group, slot.index, step=slot.step)
 
 
 def _sort_key(truth: RolloutTruth) -> tuple[Any, ...]:
@@ -340,7 +335,7 @@ def expect_step(
         unique.setdefault(m.truth.rollout_id, m)
     ordered = sorted(unique.values(), key=lambda m: _sort_key(m.truth))
     rewards = {m.truth.rollout_id: expected_reward(scenario, m.truth) for m in ordered}
-    masked = _masked_rollouts(scenario, [m.truth for m in ordered])
+    masked = {m.truth.rollout_id: _masks_sample(scenario, m.truth) for m in ordered}
     advantages: dict[str, float | None] = dict.fromkeys(rewards)
     unclipped: dict[str, float] = {}  # NeMo-RL logs advantages/sum before clipping (semantics §3.7)
     if ok:
