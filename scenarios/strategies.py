@@ -127,8 +127,9 @@ def compaction_schedules(*, families: Sequence[str] = POLICY_FAMILIES, chunked: 
         options.append(st.builds(lambda k, f, c: f"recency-reasoning-last{k}{f}{c}", st.integers(1, 2),
                                  st.sampled_from(["", "-first"]), chunk))
     if "summary" in families:
-        # keep0 with a summary at turn 2 leaves nothing before the summary, and the agent then declares an
-        # append its tokens do not show (its required-prefix check fails): not an honest rollout, so skip it
+        # keep0 with a summary at turn 2 rewrites only the completion just sampled, which no earlier view held:
+        # Gym's descriptor rule still calls the next view append-compatible, the server refuses its required
+        # prefix and every rollout fails (as think-strip keep0 does: `every-rollout-failed-empty-batch`), so skip it
         options.append(st.integers(0, 1).flatmap(lambda keep: st.lists(
             st.integers(3 if keep == 0 else 2, 6), min_size=1, max_size=2, unique=True,
         ).map(lambda at: "summary" + "".join(f"-at{t}" for t in sorted(at)) + f"-keep{keep}")))
@@ -136,7 +137,7 @@ def compaction_schedules(*, families: Sequence[str] = POLICY_FAMILIES, chunked: 
         options.append(st.builds(lambda m, k: f"tool-output-truncation-max{m}-keep{k}", st.sampled_from([4, 8, 16]),
                                  st.integers(0, 1)))
     if "think-strip" in families:
-        options.append(st.builds(lambda k: f"think-strip-keep{k}", st.integers(1, 2)))
+        options.append(st.builds(lambda k: f"think-strip-keep{k}", st.integers(1, 2)))  # keep0: see summary
     return st.one_of(*options)
 
 

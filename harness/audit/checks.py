@@ -145,7 +145,7 @@ def check_error(report: Reporter, expected: ExpectedError | None, observed: Obse
         return [report(
             "verdict.expected_error",
             f"the run succeeded; it must be refused with {expected.code} (rollout {expected.rollout_id!r}, "
-            f"turn {expected.turn_id})",
+            f"turn {expected.turn_id})" + (f": {expected.cause}" if expected.cause else ""),
             expected=expected.to_json(), actual="success",
         )]
     rep = report.at_step(observed.step)
@@ -190,8 +190,9 @@ def check_declared_verdict(report: Reporter, declared: tuple[str, str | None, in
         found = f"error {derived.code}" + (f" at turn {derived.turn_id}" if derived.turn_id is not None else "")
     if agree:
         return []
+    because = f" ({derived.cause})" if derived is not None and derived.cause else ""
     return [report("scenario.declared_verdict",
-                   f"the scenario declares expect: {said}, but its script, faults and mutations lead to {found}; "
+                   f"the scenario declares expect: {said}, but its script, faults and mutations lead to {found}{because}; "
                    "fix the scenario's expect (or report an oracle bug)",
                    expected=found, actual=said)]
 

@@ -49,6 +49,9 @@ class ExpectedError:
     code: str
     rollout_id: str | None
     turn_id: int | None
+    #: Why the scenario leads there when the code alone does not say (every rollout failed during collection):
+    #: shown in findings, never compared and never written to the expectation's JSON.
+    cause: str | None = field(default=None, compare=False)
 
     def to_json(self) -> dict[str, Any]:
         return {"code": self.code, "rollout_id": self.rollout_id, "turn_id": self.turn_id}

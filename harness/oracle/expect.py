@@ -305,6 +305,16 @@ def exact_batch_metrics(
     }
 
 
+def _none_completed(step: int, truths: Sequence[RolloutTruth]) -> str | None:
+    """Why a step's batch is empty, when its rollouts failed during collection (the first failure in slot order)."""
+    failed = [t for t in truths if not t.completed]
+    if not failed:
+        return None
+    first = failed[0]
+    return (f"{len(failed)} of the {len(truths)} rollouts of step {step} failed during collection; the first, "
+            f"{first.spec_rollout_id}, at {first.failure or 'an unlogged point'}")
+
+
 def expect_step(
     scenario: Scenario,
     step: int,
@@ -328,6 +338,8 @@ def expect_step(
     plan_error = next((m.plan.error for m in members if m.plan.error is not None), None)
     plans_by_id = {m.truth.rollout_id: m.plan for m in members}
     batch_err = batch_error([m.truth for m in members], view, plans_by_id) if plan_error is None else None
+    if batch_err is not None and not members:
+        batch_err = replace(batch_err, cause=_none_completed(step, [truths[s.rollout_id] for s in slots(scenario, step)]))
     ok = plan_error is None and batch_err is None
 
     unique: dict[str, _Member] = {}

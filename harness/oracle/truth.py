@@ -79,6 +79,8 @@ class RolloutTruth:
     response_id: str | None = None
     #: False when the trainer receives this rollout's result without a reward (a batch corruption): it must refuse it.
     reward_delivered: bool = True
+    #: Why a rollout that did not complete failed, as the agent logged it ("turn 2: evidence_violation: ...").
+    failure: str | None = None
 
     @property
     def has_contract(self) -> bool:
@@ -190,7 +192,14 @@ def read_truth(log: Mapping[str, Any]) -> RolloutTruth:
         logged_mask_sample=bool(outcome.get("mask_sample", False)),
         final_answer=_final_answer(log["calls"]),
         response_id=calls[-1].response_id if calls else None,
+        failure=_failure(outcome.get("failure")),
     )
+
+
+def _failure(failure: Any) -> str | None:
+    if not isinstance(failure, Mapping):
+        return None
+    return f"turn {failure.get('turn_id')}: {failure.get('kind')}: {failure.get('detail')}"
 
 
 __all__ = ["GROUND_TRUTH_FORMAT", "GROUND_TRUTH_VERSION", "NO_CONTRACT", "CallTruth", "RolloutTruth", "read_truth"]

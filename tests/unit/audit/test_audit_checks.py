@@ -322,6 +322,21 @@ def test_a_scenario_whose_declared_expect_disagrees_with_the_oracle_is_a_finding
     assert audit_run(want, run, declared=agreeing).findings == ()
 
 
+def test_the_oracles_cause_is_named_in_the_declared_verdict_and_missing_error_findings():
+    """An empty batch because every rollout failed during collection: the finding says so, the JSON stays the code's."""
+    cause = "2 of the 2 rollouts of step 0 failed during collection; the first, s0-g0-r0, at turn 2: evidence_violation: x"
+    want = ExpectedError("no_eligible_tokens", None, None, cause=cause)
+    assert want == ExpectedError("no_eligible_tokens", None, None) and "cause" not in want.to_json()
+    refused = ObservedRun(steps=(), error=ObservedError("no_eligible_tokens", None, None, 0, "materialize", "empty"))
+    f = only(audit_run(expectation(1, error=want), refused, declared=("success", None, None)).findings)
+    assert f.check == "scenario.declared_verdict"
+    assert f.message == ("the scenario declares expect: success, but its script, faults and mutations lead to error "
+                         f"no_eligible_tokens ({cause}); fix the scenario's expect (or report an oracle bug)")
+    f = only(audit_run(expectation(1, error=want), run_of(artifact())).findings)
+    assert (f.check, f.message) == ("verdict.expected_error", "the run succeeded; it must be refused with "
+                                    f"no_eligible_tokens (rollout None, turn None): {cause}")
+
+
 def test_expected_error_that_never_comes_is_reported():
     want = ExpectedError("evidence_digest_mismatch", "r-a", 2)
     report = audit_run(expectation(1, error=want), run_of(artifact()))

@@ -155,6 +155,22 @@ def test_a_mutation_aimed_at_a_rollout_that_failed_is_a_config_error():
         expect_step(scenario, 0, [c.ground_truth for c in collect_step(scenario)])
 
 
+def test_an_empty_batch_names_the_collection_failures_that_emptied_it():
+    """think-strip keep 0: Gym's descriptor rule calls call 2 append-compatible, the server refuses its prefix."""
+    scenario = _scenario(compaction="think-strip-keep0", script={"generate": {"turns": 3}})
+    step = expect_step(scenario, 0, [c.ground_truth for c in collect_step(scenario)])
+    assert step.batch_error.to_json() == {"code": "no_eligible_tokens", "rollout_id": None, "turn_id": None}
+    assert step.batch_error.cause.startswith(
+        "2 of the 2 rollouts of step 0 failed during collection; the first, s0-g0-r0, at turn 2: evidence_violation: "
+        "HTTP 400: ")
+    assert "required_prefix_token_ids is not a prefix of the rendered prompt" in step.batch_error.cause
+    # a batch emptied by a corruption, not by failures, has no cause to name
+    dropped = _scenario(script={"generate": {"turns": 1}}, group_size=1,
+                        corruption={"kind": "drop_rollout", "index": 0})
+    step = expect_step(dropped, 0, [c.ground_truth for c in collect_step(dropped)])
+    assert (step.batch_error.code, step.batch_error.cause) == ("no_eligible_tokens", None)
+
+
 def test_read_truth_rejects_what_is_not_a_version_1_ground_truth_log():
     scenario = _scenario(script={"generate": {"turns": 1}})
     log = collect_step(scenario)[0].ground_truth
