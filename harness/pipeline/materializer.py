@@ -329,7 +329,8 @@ def _checked_rows(ordered: Sequence[TracePlan]) -> list[_Row]:
                         detail=f"physical trace {trace.trace_id!r} has routes [layers, topk]={list(this)}, but "
                         f"{layout_owner!r} has {list(layout)}; one batch needs one route layout",
                     )
-                layout, layout_owner = this, trace.trace_id
+                if layout is None:  # the first routed trace sets the batch's layout; findings name it
+                    layout, layout_owner = this, trace.trace_id
             rows.append(_Row(parent, plan, trace, calls, routes, is_final_trace=k == len(plan.traces) - 1))
         if covered != list(range(len(ev.calls))):
             raise ValueError(

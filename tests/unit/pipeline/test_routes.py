@@ -198,6 +198,16 @@ def test_rows_with_different_route_layouts_are_rejected():
     assert "'b/trace-0' has routes [layers, topk]=[3, 2], but 'a/trace-0' has [2, 2]" in str(info.value)
 
 
+def test_a_layout_mismatch_names_the_trace_that_set_the_batchs_layout():
+    _, a = make_rollout("a", [[(3, 2)]], layout=(2, 2), index=0)
+    _, b = make_rollout("b", [[(3, 2)]], layout=(2, 2), index=1)
+    _, c = make_rollout("c", [[(3, 2)]], layout=(3, 2), index=2)
+    with pytest.raises(ContractError) as info:
+        _batch([a, b, c], dp_size=3)
+    assert info.value.rollout_id == "c"
+    assert "'c/trace-0' has routes [layers, topk]=[3, 2], but 'a/trace-0' has [2, 2]" in str(info.value)
+
+
 def test_partially_routed_trace_backfills_the_unrouted_call():
     ev, plan = make_rollout("a", [[(3, 2), (2, 2)]], layout=LAYOUT, routed_calls=[1])
     batch = _batch([plan])
