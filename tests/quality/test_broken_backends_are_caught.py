@@ -169,6 +169,12 @@ BROKEN = (
     "sequence_cap_on_last_rows_only",
     "sentinel_skipped_for_one_call_trace",
     "sequence_length_rounded_past_a_multiple",
+    # eleventh (69-red-team-11.yaml): state carried across steps by rollout slot, a batch-wide baseline, a cap on
+    # trained rows only
+    "verify_answers_cached_by_slot",
+    "mask_sample_cached_by_slot",
+    "baseline_over_the_batch_without_leave_one_out",
+    "sequence_cap_on_trained_rows_only",
 )
 #: Backends that train right but report one loss metric wrong: `train.metric` must name `EXPECTED_KEY`.
 MISREPORTING = (
@@ -182,6 +188,8 @@ MISREPORTING = (
     "token_mult_prob_error_microbatch_mean",
     # ninth red team: a truncated run with a masked rollout
     "is_oob_ratio_counts_masked_rows",
+    # eleventh: the step's mean reward logged one step late
+    "reward_logged_from_previous_step",
 )
 #: Backends that fail outright: the run must end in a `backend.error` finding, not a crash.
 CRASHING = ("crashing_train_step", "malformed_result", "exits_the_process", "unprintable_error", "version_not_advanced",
