@@ -91,7 +91,8 @@ class TraceBatch:
     Tensors (R = rows, S = padded sequence length, L = MoE layers, K = top-k):
 
     - `row_input_ids` (R, S) int64: last prompt of the trace + its sampled ids, right-padded.
-    - `row_input_lengths` (R,) int32: unpadded length; 0 for padding rows.
+    - `row_input_lengths` (R,) int32: unpadded length; 0 for padding rows (or 1: NeMo-RL's trace batch gives each
+      padding row one pad token).
     - `row_token_mask` (R, S) float: 1 exactly on the sampled ids of every call of the trace.
     - `row_generation_logprobs` (R, S) float: behaviour logprob at the token's own position.
     - `row_advantages` (R, S) float: the parent's logical advantage on the mask, 0 elsewhere.
@@ -287,10 +288,11 @@ def _validate(b: TraceBatch) -> None:
     pad = b.parent_indices == PADDING_PARENT
     if bool(pad.any()):
         weight = (b.row_token_mask[pad] != 0).any(dim=1) | (b.row_advantages[pad] != 0).any(dim=1)
-        weight |= (b.row_sample_mask[pad] != 0) | (b.row_input_lengths[pad] != 0)
+        # a padding row holds no token (compactsim's batches) or one pad token (NeMo-RL's trace batch); both weigh nothing
+        weight |= (b.row_sample_mask[pad] != 0) | (b.row_input_lengths[pad] > 1)
         if bool(weight.any()):
             row = int(pad.nonzero()[int(weight.nonzero()[0])])
-            raise ValueError(f"padding row {row} has a non-zero mask, advantage, sample_mask or input length")
+            raise ValueError(f"padding row {row} has a non-zero mask, advantage or sample_mask, or more than one token")
     parents = b.parent_indices.tolist()
     for row, p in enumerate(parents):
         is_pad = p == PADDING_PARENT

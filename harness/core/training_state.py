@@ -14,6 +14,7 @@ scheduler), so no pipeline type is imported here.
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -123,6 +124,13 @@ def _moments(named: list[tuple[str, torch.Tensor]], optimizer: Any) -> _Moments:
     return first, second, settings, None
 
 
+def _real(x: Any) -> float | None:
+    """A hyperparameter as a float: any real number (a numpy scalar from a config included) or a one-element tensor."""
+    if isinstance(x, torch.Tensor):
+        return float(x.item()) if x.numel() == 1 else None
+    return float(x) if isinstance(x, numbers.Real) else None
+
+
 def _update_rule(named: list[tuple[str, torch.Tensor]], optimizer: Any) -> tuple[dict[str, tuple[float, float]] | None, str | None]:
     """Each parameter's (Adam ε, decoupled weight decay) from its group, or None and why for any other update rule."""
     rule_of: dict[int, tuple[float, float]] = {}
@@ -133,11 +141,12 @@ def _update_rule(named: list[tuple[str, torch.Tensor]], optimizer: Any) -> tuple
         # AdamW on loss); the moments then show a wrong sign as a wrong gradient (`train.gradient`). amsgrad changes
         # the update itself.
         amsgrad = bool(group.get("amsgrad"))
-        if amsgrad or not isinstance(eps, float | int) or not isinstance(decay, float | int):
+        eps_value, decay_value = _real(eps), _real(decay)
+        if amsgrad or eps_value is None or decay_value is None:
             why = "sets amsgrad" if amsgrad else f"has eps={eps!r}, weight_decay={decay!r}"
             return None, f"param group {k} of {type(optimizer).__name__} {why}: not AdamW's plain update"
         for p in group["params"]:
-            rule_of[id(p)] = (float(eps), float(decay) if decoupled else 0.0)
+            rule_of[id(p)] = (eps_value, decay_value if decoupled else 0.0)
     missing = next((name for name, p in named if id(p) not in rule_of), None)
     if missing is not None:
         return None, f"parameter {missing!r} is in no param group of the optimizer"

@@ -269,6 +269,24 @@ def test_amsgrad_is_read_from_the_param_groups_and_maximize_is_allowed():
     assert (snap.update_rule, snap.update_rule_problem) == (None, "param group 0 of AdamW sets amsgrad: not AdamW's plain update")
 
 
+def test_eps_and_weight_decay_may_be_numpy_scalars_or_one_element_tensors_but_not_strings():
+    """A config read through numpy or a tensor hyperparameter holds the same number: the update rule is still AdamW's."""
+    import numpy as np
+
+    from compactsim.harness.core.training_state import snapshot_training_state
+
+    model = torch.nn.Linear(2, 1, dtype=torch.float64)
+    opt = torch.optim.AdamW(model.parameters(), eps=np.float64(1e-8), weight_decay=np.float32(0.5))
+    opt.param_groups[0]["eps"] = torch.tensor(1e-8, dtype=torch.float64)
+    snap = snapshot_training_state(model, opt, torch.optim.lr_scheduler.LambdaLR(opt, lambda _: 1.0))
+    assert snap.update_rule_problem is None
+    assert set(snap.update_rule.values()) == {(1e-8, 0.5)}
+    opt.param_groups[0]["weight_decay"] = "0.5"
+    snap = snapshot_training_state(model, opt, torch.optim.lr_scheduler.LambdaLR(opt, lambda _: 1.0))
+    assert snap.update_rule_problem == "param group 0 of AdamW has eps=tensor(1.0000e-08, dtype=torch.float64), " \
+                                      "weight_decay='0.5': not AdamW's plain update"
+
+
 def test_an_optimizer_state_the_audit_cannot_read_is_a_finding_not_a_pass():
     from compactsim.harness.audit.training_checks import check_gradient
 

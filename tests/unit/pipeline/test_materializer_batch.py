@@ -94,5 +94,18 @@ def test_batch_rejects_a_padding_row_that_carries_loss_weight():
     batch = _batch(dp_size=2)
     sample_mask = batch.row_sample_mask.clone()
     sample_mask[3] = 1.0
-    with pytest.raises(ValueError, match="padding row 3 has a non-zero mask, advantage, sample_mask or input length"):
+    with pytest.raises(ValueError, match="padding row 3 has a non-zero mask, advantage or sample_mask, or more than "
+                                         "one token"):
         replace(batch, row_sample_mask=sample_mask)
+
+
+@pytest.mark.parametrize(("length", "accepted"), [(1, True), (2, False)])
+def test_a_padding_row_may_hold_one_pad_token_as_nemo_rls_trace_batch_writes_it(length: int, accepted: bool):
+    batch = _batch(dp_size=2)
+    lengths = batch.row_input_lengths.clone()
+    lengths[3] = length
+    if accepted:
+        assert replace(batch, row_input_lengths=lengths).metrics() == batch.metrics()  # total_num_tokens: real rows only
+    else:
+        with pytest.raises(ValueError, match="padding row 3 .* more than one token"):
+            replace(batch, row_input_lengths=lengths)
