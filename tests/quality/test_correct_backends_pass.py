@@ -73,6 +73,8 @@ CORRECT = (  # wrapped_policy (DDP-style names) has its own test in test_broken_
     "fp3_reward_float32_mean",  # the driver's reward metric: np.mean of a float32 reward tensor
     # false-positive hunt 4: the one refusal it found among ten variants written the way upstream frameworks do
     "fp_nemo_padding_rows",  # padding rows of one pad token (input_lengths == 1), as NeMo-RL's trace batch writes them
+    "fp_rows_longest_first",  # rows reordered longest first before dispatch (veRL's sequence-length balancing)
+    "fp_chained_warmup",  # the warmup as a chained MultiplicativeLR the backend puts in `state`
 )
 
 
