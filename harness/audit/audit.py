@@ -84,10 +84,11 @@ def audit_step(
         findings += T.check_counts_measured(report, observed.measured, {**observed.metrics, **observed.reported_counts},
                                             training)
         if training is not None:
-            findings += T.check_step_quantities(report, training, observed.measured, observed.metrics, tol)
-            findings += T.check_reported_loss_metrics(report, training, observed.metrics, tol)
-            findings += T.check_gradient(report, training, observed.measured, tol)
-            findings += T.check_update(report, training, observed.measured, tol)
+            step_tol = tol.for_normaliser(training.global_valid_tokens)
+            findings += T.check_step_quantities(report, training, observed.measured, observed.metrics, step_tol)
+            findings += T.check_reported_loss_metrics(report, training, observed.metrics, step_tol)
+            findings += T.check_gradient(report, training, observed.measured, step_tol)
+            findings += T.check_update(report, training, observed.measured, step_tol)
     findings += C.check_exact_metrics(report, expected, observed, tol)
     findings += C.check_reported_reward(report, expected.rollouts, observed.metrics, tol)
     return findings, len(pairs), tokens

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -21,6 +21,10 @@ from compactsim.harness.core.errors import ConfigError
 from compactsim.harness.core.expectations import ExpectedError, ExpectedRollout, ExpectedRow, ExpectedStep, MetricExpectation
 from compactsim.scenarios.metric_expectations import describe, passes
 from compactsim.scenarios.metric_expectations import evaluate as evaluate_metrics
+
+
+#: The epsilon of NeMo-RL's loss normaliser `N + 1e-8` (nemo-rl-semantics §4.6).
+NORMALISER_EPSILON = 1e-8
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +70,20 @@ class Tolerances:
     #: And over the whole model: ‖applied − expected‖₂ <= gradient_norm_rtol·‖expected‖₂ (a wrong scale or
     #: a dropped term shows here even where low precision leaves single entries too noisy to judge).
     gradient_norm_rtol: float = 1e-9
+
+    def for_normaliser(self, valid_tokens: float) -> Tolerances:
+        """These tolerances, with room for a normaliser `N + 1e-8` held in float32, where it rounds to `N`.
+
+        NeMo-RL divides the loss by `global_valid_toks + 1e-8` (nemo-rl-semantics §4.6), but its counts are float32
+        tensors (sums of float32 sample masks), in which the 1e-8 is lost for every N ≥ 1: its loss, the loss's
+        metrics, the gradient and its norm are then a relative 1e-8/N larger than the oracle's. The catalogue's
+        smallest non-zero N is 20 (5e-10, inside 1e-9); a user's scenario training a handful of tokens is not.
+        """
+        if valid_tokens < 1:
+            return self
+        room = NORMALISER_EPSILON / valid_tokens
+        return replace(self, loss_rtol=self.loss_rtol + room, grad_norm_rtol=self.grad_norm_rtol + room,
+                       gradient_rtol=self.gradient_rtol + room, gradient_norm_rtol=self.gradient_norm_rtol + room)
 
     def rows_and_metrics(self) -> dict[str, float]:
         """The tolerances that apply without the training state (golden files: rows and metrics only)."""

@@ -2,8 +2,8 @@
 
 `masked_mean(..., global_normalization_factor=N) = Σ v·m / (N + 1e-8)` (nemo-rl-semantics §4.6): the
 epsilon is what keeps a step without a single trained token (every rollout `mask_sample`'d, or every
-sample filtered as overlong) at loss 0. Dividing by N alone differs by 1e-8/N relative (below every float
-tolerance) on any step that trains tokens, and turns a step that trains none into 0/0: a NaN loss whose NaN
+sample filtered as overlong) at loss 0. Dividing by N alone differs by 1e-8/N relative on any step that trains
+tokens (what NeMo-RL's float32 counts do too, and the audit allows: `fp_nemo_float32_valid_counts`), and turns a step that trains none into 0/0: a NaN loss whose NaN
 gradient then poisons every weight.
 """
 

@@ -75,6 +75,7 @@ CORRECT = (  # wrapped_policy (DDP-style names) has its own test in test_broken_
     "fp_nemo_padding_rows",  # padding rows of one pad token (input_lengths == 1), as NeMo-RL's trace batch writes them
     "fp_rows_longest_first",  # rows reordered longest first before dispatch (veRL's sequence-length balancing)
     "fp_chained_warmup",  # the warmup as a chained MultiplicativeLR the backend puts in `state`
+    "fp_nemo_float32_valid_counts",  # N + 1e-8 held in float32 (= N): a relative 1e-8/N the audit allows
 )
 
 
@@ -92,6 +93,29 @@ def test_the_independent_step_makes_the_refusals_the_readme_lists(scenario: str)
     rec = run_scenario(resolve_scenarios([scenario])[0], RunOptions(backend=spec)).record
     assert (rec.passed, tuple(rec.findings)) == (True, ()), [f.message for f in rec.findings]
     assert rec.observed == rec.expected and rec.observed.startswith("error:")
+
+
+FOUR_TRAINED_TOKENS = """
+scenarios:
+  - name: four-trained-tokens
+    purpose: "Two rollouts of one two-token answer: the step trains N = 4 tokens, so N + 1e-8 held in float32 is 2.5e-9 off."
+    tags: [edge, logprobs]
+    script:
+      turns:
+        - {text: "b", logprobs: [-0.5, -1.5]}
+"""
+
+
+def test_nemo_s_float32_normaliser_passes_a_step_of_four_tokens_and_dropping_the_epsilon_at_zero_does_not(tmp_path):
+    """`Tolerances.for_normaliser`: Σ/N for N ≥ 1 (float32 loses the 1e-8) is NeMo-RL's own arithmetic; Σ/N at N = 0
+    is a NaN loss (`normaliser_without_epsilon`, caught in `loss-metrics-all-rows-masked`)."""
+    path = tmp_path / "four.yaml"
+    path.write_text(FOUR_TRAINED_TOKENS)
+    scenario = resolve_scenarios([str(path)])[0]
+    nemo = run_scenario(scenario, RunOptions(backend="tests.quality.fp_nemo_float32_valid_counts:Backend")).record
+    assert (nemo.passed, tuple(nemo.findings)) == (True, ()), [f.message for f in nemo.findings]
+    [step] = nemo.step_metrics
+    assert step["global_valid_toks"] == 4.0
 
 
 EQUAL_INEXACT_REWARDS = """

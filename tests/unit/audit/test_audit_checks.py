@@ -337,6 +337,16 @@ def test_the_oracles_cause_is_named_in_the_declared_verdict_and_missing_error_fi
                                     f"no_eligible_tokens (rollout None, turn None): {cause}")
 
 
+def test_the_normaliser_allowance_adds_1e8_over_n_to_the_step_tolerances_only():
+    tol = Tolerances()
+    assert tol.for_normaliser(0.0) is tol
+    four = tol.for_normaliser(4.0)
+    assert (four.loss_rtol, four.grad_norm_rtol, four.gradient_rtol, four.gradient_norm_rtol) == (
+        1e-9 + 2.5e-9, 1e-9 + 2.5e-9, 1e-9 + 2.5e-9, 1e-9 + 2.5e-9)
+    assert (four.metric_rtol, four.advantage_rtol, four.update_rtol, four.lr_rtol) == (
+        tol.metric_rtol, tol.advantage_rtol, tol.update_rtol, tol.lr_rtol)
+
+
 def test_expected_error_that_never_comes_is_reported():
     want = ExpectedError("evidence_digest_mismatch", "r-a", 2)
     report = audit_run(expectation(1, error=want), run_of(artifact()))
