@@ -175,6 +175,9 @@ BROKEN = (
     "mask_sample_cached_by_slot",
     "baseline_over_the_batch_without_leave_one_out",
     "sequence_cap_on_trained_rows_only",
+    # twelfth (69-red-team-12.yaml): a padding count, a final trace and an image count taken from what never varied
+    "padding_count_fixed_at_first_step",
+    "final_trace_taken_as_longest",
 )
 #: Backends that train right but report one loss metric wrong: `train.metric` must name `EXPECTED_KEY`.
 MISREPORTING = (
@@ -237,6 +240,18 @@ def test_weights_the_server_refuses_end_the_run_after_the_step_keeping_its_findi
     assert (rec.error.stage, rec.error.step) == ("weights", 0)
     assert rec.error.message == ("the generation server refused the weights after step 0: body: parameter 'patch_pos' holds "
                                  "1 non-finite value(s), the first at [0, 0]: nan; the served weights stay at policy_version 0")
+
+
+def test_images_handed_back_by_the_first_rows_count_stop_the_step_that_shows_uneven_counts():
+    """A micro-batch whose rows show 2 and 4 screenshots: chunks of the first row's count leave a row image tokens
+    without their pixels, which the policy refuses; every catalogue micro-batch before held equal counts."""
+    spec = "tests.quality.microbatch_images_chunked_by_first_row:Backend"
+    rec = record_of("microbatch-rows-different-image-counts", spec)
+    assert (rec.passed, rec.observed, rec.steps) == (False, "error:invalid_argument", 0)
+    [finding] = rec.findings
+    assert (finding.check, finding.step) == ("verdict.unexpected_error", 0)
+    assert finding.message.endswith("<|image|> tokens but 2 images x 4 patches")
+    assert record_of("microbatch-rows-different-image-counts").passed  # the reference keeps each row's own images
 
 
 @pytest.mark.parametrize("module", MISREPORTING)
