@@ -23,11 +23,31 @@ from compactsim.mock_servers.limits import BODY_IN_MEMORY, OFFLOAD_HANDLERS
 from compactsim.mock_servers.loop_thread import LoopThread
 
 
+def _dropped_as_protocol_error(app: Any) -> Any:
+    """`app`, where an answer it leaves incomplete (a `drop_connection` fault) reaches the client as the error an HTTP
+    client gets when the server closes the connection mid-body, not as httpx's in-process `AssertionError`."""
+
+    async def complete_or_dropped(scope: Any, receive: Any, send: Any) -> None:
+        finished = False
+
+        async def tracking(message: Any) -> None:
+            nonlocal finished
+            if message["type"] == "http.response.body" and not message.get("more_body", False):
+                finished = True
+            await send(message)
+
+        await app(scope, receive, tracking)
+        if scope["type"] == "http" and not finished:
+            raise httpx.RemoteProtocolError("peer closed connection without sending complete message body")
+
+    return complete_or_dropped
+
+
 class InProcessTransport(httpx.BaseTransport):
     """Runs `app` for each request on a private event loop thread (started lazily, stopped on close)."""
 
     def __init__(self, app: Any) -> None:
-        self._asgi = httpx.ASGITransport(app=app)
+        self._asgi = httpx.ASGITransport(app=_dropped_as_protocol_error(app))
         self._loop = LoopThread("compactsim-inprocess")
         self._closed = False
 

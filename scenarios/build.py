@@ -211,8 +211,8 @@ def step_results(
     version), one for the step or one per rollout id (`fresh_groups`). None leaves the results
     unlabelled. Then the scenario's mutation and batch corruption
     aimed at this step are applied. Results are deep copies; input is untouched.
-    Raises `MutationNotApplicable` (a `ValueError`) when the mutation's target lacks what it edits,
-    and `ConfigError("invalid_argument")` when a target rollout did not complete.
+    Raises `ConfigError("invalid_config")` when the mutation's target lacks what it edits, and
+    `ConfigError("invalid_argument")` when a target rollout did not complete.
     """
     _check_step(scenario, step)
     by_id: dict[str, dict[str, Any] | None] = {_rollout_id_of(c): _result_of(c) for c in collected}
@@ -239,7 +239,12 @@ def step_results(
     m = scenario.mutation
     if m is not None and m.step == step:
         k = target("mutation", m)
-        results[k] = (results[k][0], MUTATIONS_BY_NAME[m.name].apply(results[k][1]))
+        try:
+            results[k] = (results[k][0], MUTATIONS_BY_NAME[m.name].apply(results[k][1]))
+        except (MutationNotApplicable, IndexError, KeyError) as exc:  # the target lacks the part it edits
+            why = str(exc) if isinstance(exc, MutationNotApplicable) else f"its payload lacks the part it edits ({exc!r})"
+            raise ConfigError("invalid_config", f"scenario {scenario.name!r}: mutation {m.name!r} does not apply to "
+                              f"{results[k][0]!r} at step {step}: {why}") from None
     c = scenario.corruption
     if c is not None and c.step == step:
         k = target("corruption", c)

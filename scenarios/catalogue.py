@@ -102,6 +102,14 @@ def check_shape(data: Any, *, source: str, text: str | None = None) -> None:
     _check_shape(data, source, _Positions(text))
 
 
+def _other_union_branch(error: Any, errors: list[Any]) -> bool:
+    """`error` only says the value is not of one union branch's type (``str`` for a compaction given as a mapping)
+    while another branch got further into the value: that deeper problem is the one worth naming."""
+    loc = tuple(error["loc"])
+    return str(error.get("type", "")).endswith("_type") and any(
+        len(other["loc"]) > len(loc) and tuple(other["loc"][: len(loc) - 1]) == loc[:-1] for other in errors)
+
+
 def _validation_error(exc: ValidationError, source: str, k: int, where: _Positions) -> ScenarioFileError:
     """Pydantic's first problem with entry `k` as one line at its place in the file; the others are counted.
 
@@ -109,7 +117,7 @@ def _validation_error(exc: ValidationError, source: str, k: int, where: _Positio
     mapping that lacks it, a check across fields at the entry.
     """
     errors = exc.errors()
-    first = errors[0]
+    first = next((e for e in errors if not _other_union_branch(e, errors)), errors[0])
     kind = first.get("type", "")
     line, column, field = where.find(("scenarios", k, *first["loc"]), key=kind == "extra_forbidden",
                                      missing=kind == "missing")

@@ -343,6 +343,22 @@ def deep_merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, An
     return out
 
 
+def _as_validated(raw: dict[str, Any], model: BaseModel) -> dict[str, Any]:
+    """`raw`'s keys with the values `model` validated them into: "0.001" becomes 0.001, "yes" True.
+
+    The oracle reads the trainer settings as plain data (`trainer_values`), independent of the pipeline's config
+    objects, so it must never see the string a file wrote where pydantic accepted a number.
+    """
+    out: dict[str, Any] = {}
+    for key, value in raw.items():
+        typed = getattr(model, key)
+        if isinstance(value, dict) and isinstance(typed, BaseModel):
+            out[key] = _as_validated(value, typed)
+        else:
+            out[key] = typed.model_dump() if isinstance(typed, BaseModel) else typed
+    return out
+
+
 class Scenario(_Strict):
     """One named scenario (see the module docstring)."""
 
@@ -432,13 +448,14 @@ class Scenario(_Strict):
         from compactsim.harness.pipeline.train_config import TrainerConfig
 
         try:
-            TrainerConfig.model_validate(v)
+            validated = TrainerConfig.model_validate(v)
         except ValidationError as exc:
             local = [InitErrorDetails(type=e["type"], loc=e["loc"], input=e["input"], ctx=e.get("ctx", {}))
                      for e in exc.errors() if e["type"] not in ("value_error", "assertion_error")]
             if local:
                 raise ValidationError.from_exception_data("trainer", local) from None
-        return v
+            return v
+        return _as_validated(v, validated)
 
     @field_validator("metrics")
     @classmethod

@@ -225,6 +225,8 @@ def partial_token_fields(resp: Payload) -> None:
 def swap_turn_ids(resp: Payload) -> None:
     """Two call records out of order."""
     recs = _records(resp)
+    if len(recs) < 2:
+        raise MutationNotApplicable(f"payload has {len(recs)} call record(s); swapping turn ids needs two")
     recs[0]["turn_id"], recs[1]["turn_id"] = recs[1]["turn_id"], recs[0]["turn_id"]
 
 

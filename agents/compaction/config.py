@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 #: Every policy type compactsim's agents can run.
 POLICY_TYPES: tuple[str, ...] = ("identity", "recency", "summary", "think_strip", "tool_output_truncation")
@@ -87,6 +87,18 @@ class SummaryPolicyConfig(_Config):
     at_turns: tuple[int, ...] = Field(default=(3,), min_length=1)
     keep_last_turns: int = Field(default=1, ge=0)
     text: str = Field(default="[Summary of turns {first_turn}-{last_turn}]", min_length=1)
+
+    @field_validator("text")
+    @classmethod
+    def _placeholders(cls, v: str) -> str:
+        """Only ``{first_turn}`` and ``{last_turn}`` are filled in: any other field or a lone brace is refused here,
+        not when the first summary is written mid-rollout."""
+        try:
+            v.format(first_turn=1, last_turn=1)
+        except (KeyError, IndexError, ValueError, AttributeError, TypeError) as exc:
+            raise ValueError(f"text {v[:60]!r} must be a format string with only {{first_turn}} and {{last_turn}} "
+                             f"(write {{{{ and }}}} for braces): {type(exc).__name__}: {exc}") from None
+        return v
 
     @model_validator(mode="after")
     def _sorted_turns(self) -> SummaryPolicyConfig:
@@ -187,7 +199,9 @@ class ContextGuardConfig(_Config):
 class ContextHistoryConfig(_Config):
     """Gym's `context_history:` block: policy + schedule (+ guards, which must stay off)."""
 
-    enabled: bool = True
+    #: Gym's switch; a disabled block is no compaction at all, which a scenario writes as ``identity`` (or no
+    #: `compaction`), so only True is accepted here.
+    enabled: Literal[True] = True
     policy: HistoryPolicyConfig = Field(default_factory=HistoryPolicyConfig)
     schedule: CompactionScheduleConfig = Field(default_factory=CompactionScheduleConfig)
     guards: ContextGuardConfig = Field(default_factory=ContextGuardConfig)

@@ -43,6 +43,12 @@ class ImageSpec(_Strict):
     #: The PNG's Pillow mode (pixels drawn in RGB; see `compactsim.agents.media.images.ImageMode`).
     mode: Literal["RGB", "RGBA", "L", "P"] = "RGB"
 
+    @model_validator(mode="after")
+    def _recipe_is_drawable(self) -> ImageSpec:
+        """The recipe's own checks (a shape image names its shape) at the spec, not when the first image is drawn."""
+        self.recipe()
+        return self
+
     def recipe(self) -> ImageRecipe:
         return ImageRecipe(kind=self.kind, key=self.key, width=self.width, height=self.height, shape=self.shape,
                            mode=self.mode)

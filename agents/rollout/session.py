@@ -294,8 +294,6 @@ class CompactionSession:
     final_policy_decision: PolicyDecision | None = None
 
     def __post_init__(self) -> None:
-        if not self.config.enabled:
-            raise ValueError("ContextCompactionSession requires context_history.enabled")
         self.history = SemanticHistory(self.rollout_id)
         if self.initial_context:
             self.history.append_items(

@@ -393,6 +393,11 @@ def load_json_documents(path: Path, *, what: str = "file") -> list[Any]:
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
+#: The YAML core tags a JSON document can hold (`merge` is the `<<` key); a date, `!!binary`, `!!set`, `!!omap` or
+#: `!!pairs` would construct a value no JSON file, digest or report can carry.
+_JSON_TAGS = frozenset(f"tag:yaml.org,2002:{t}" for t in ("str", "int", "float", "bool", "null", "seq", "map", "merge"))
+
+
 def parse_yaml(text: str, source: str) -> Any:
     """A YAML document (safe loader) under the same depth and integer limits; problems are `InputError`s."""
     import yaml
@@ -450,6 +455,11 @@ def parse_yaml(text: str, source: str) -> Any:
                 if alias is not None:
                     self._check_alias(node, alias)
                     return node
+                if node.tag not in _JSON_TAGS and node.tag.startswith("tag:yaml.org,2002:"):
+                    kind = node.tag.removeprefix("tag:yaml.org,2002:")
+                    hint = "; quote it to make it a string" if kind in ("timestamp", "binary") else ""
+                    raise self._problem(node.start_mark, f"a YAML {kind} is not JSON data (strings, numbers, booleans, "
+                                                         f"null, lists and mappings only){hint}")
                 if isinstance(node, yaml.ScalarNode):
                     check_scalar(node, self._path)
                 elif isinstance(node, yaml.MappingNode):

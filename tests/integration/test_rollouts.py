@@ -152,6 +152,17 @@ def test_dropped_connection_over_a_socket_is_a_connection_failure(live_model_ser
     assert (failure["kind"], failure["turn_id"], failure["attempts"]) == ("connection", 2, 2)
 
 
+def test_dropped_connection_in_process_is_the_same_connection_failure_as_over_a_socket():
+    """The in-process transport turns an answer left incomplete into the client's RemoteProtocolError, as a socket
+    does, instead of httpx's in-process AssertionError (which ended the whole scenario as a harness error)."""
+    spec = _spec("identity", "gym-0.7.0-transport", turns=3)
+    model = {"seed": 11, "script": server_script([spec]), "faults": [{"kind": "drop_connection", "turn": 2}]}
+    (c,) = collect([spec], InProcessServers(model), retry=RetryPolicy(max_attempts=2))
+    failure = c.ground_truth["outcome"]["failure"]
+    assert (failure["kind"], failure["turn_id"], failure["attempts"]) == ("connection", 2, 2)
+    assert "RemoteProtocolError: peer closed connection without sending complete message body" in failure["detail"]
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(60)
 def test_http_and_in_process_servers_give_identical_results(live_model_server):

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from compactsim.agents.compaction.config import CompactionScheduleConfig, ContextGuardConfig, ContextHistoryConfig, HistoryPolicyConfig
+from compactsim.agents.compaction.config import (CompactionScheduleConfig, ContextGuardConfig, ContextHistoryConfig,
+                                                HistoryPolicyConfig, SummaryPolicyConfig)
 from compactsim.agents.compaction.policies import build_policy
 from compactsim.harness.core.digests import stable_id
 
@@ -74,13 +75,18 @@ def test_compaction_policy_id_matches_the_reference_example(example_transport):
     assert policy.config_digest == example_transport["boundary_events"][0]["config_digest"]
 
 
-def test_disabled_history_cannot_start_a_session():
-    from compactsim.agents.rollout.session import CompactionSession, build_generation_contract
+def test_a_disabled_history_is_refused_as_config_not_when_a_session_starts():
+    """Gym's session refuses `enabled: false` when a rollout starts; here the config itself does (no compaction is
+    `identity`), so a scenario file names the field instead of failing mid-run."""
+    with pytest.raises(ValidationError, match="enabled"):
+        ContextHistoryConfig(enabled=False)
 
-    history = ContextHistoryConfig(enabled=False)
-    contract = build_generation_contract(sampling_config={}, model_server={}, context_history=history)
-    with pytest.raises(ValueError, match="requires context_history.enabled"):
-        CompactionSession(history, "r", contract, [])
+
+@pytest.mark.parametrize("text", ["{foo}", "{0}", "turns {first_turn}-{last_turn} {", "{first_turn.x}"])
+def test_a_summary_text_with_other_placeholders_is_refused(text: str):
+    with pytest.raises(ValidationError, match="only {first_turn} and {last_turn}"):
+        SummaryPolicyConfig(text=text)
+    assert SummaryPolicyConfig(text="{{kept}} turns {first_turn}-{last_turn}").text
 
 
 def test_dumped_configs_validate_again():

@@ -210,9 +210,15 @@ def test_a_large_document_without_aliases_is_not_mistaken_for_a_bomb():
     ('t: "a\\ud800b"\n', 1, "$.t", "the surrogate U+D800 at index 1"),
     ('t: ["\\udc80"]\n', 1, "$.t[0]", "the surrogate U+DC80 at index 0"),
     ('t: "\\ud83d\\ude00"\n', 1, "$.t", "the surrogate U+D83D at index 0"),  # PyYAML does not join the pair
+    # values no JSON document holds (a tool call's arguments reached the server's JSON encoder as a date)
+    ("x: 1\nargs: {d: 2024-01-01}\n", 2, "$.args.d", "a YAML timestamp is not JSON data"),
+    ("b: !!binary aGVsbG8=\n", 1, "$.b", "a YAML binary is not JSON data"),
+    ("s: !!set {a, b}\n", 1, "$.s", "a YAML set is not JSON data"),
+    ("o: !!omap [a: 1]\n", 1, "$.o", "a YAML omap is not JSON data"),
 ])
 def test_yaml_duplicate_keys_and_surrogates_are_named_where_they_are(text, line, field, says):
-    """PyYAML keeps the last of two equal keys and builds strings no UTF-8 output can hold: both refused here."""
+    """PyYAML keeps the last of two equal keys, builds strings no UTF-8 output can hold and dates, bytes and sets no
+    JSON output can: all refused here."""
     with pytest.raises(InputError) as err:
         parse_yaml(text, "s.yaml")
     assert (err.value.line, err.value.field) == (line, field)

@@ -209,8 +209,12 @@ def test_a_target_that_did_not_complete_or_cannot_be_mutated_is_reported(collect
     with pytest.raises(ConfigError, match="mutation target 's0-g0-r1' of scenario 'b' did not complete"):
         step_results(mutated, 0, failed, generation_version=0)
     flat = _s(mutation={"name": "spoof_append_declaration", "index": 0})
-    with pytest.raises(MutationNotApplicable):
+    with pytest.raises(ConfigError, match="mutation 'spoof_append_declaration' does not apply to 's0-g0-r0' at step 0: "
+                                          "payload has no call with a compaction_event_id"):
         step_results(flat, 0, collect_step(flat), generation_version=0)
+    one_call = _s(mutation={"name": "swap_turn_ids", "index": 0}, script={"generate": {"turns": 1}})
+    with pytest.raises(ConfigError, match="payload has 1 call record"):  # was an IndexError
+        step_results(one_call, 0, collect_step(one_call), generation_version=0)
 
 
 def test_zero_call_capture_and_version_bump_leave_their_input_alone(collected):

@@ -87,6 +87,18 @@ def test_trainer_values_merge_overrides_over_one_step_per_logical_batch_defaults
     assert deep_merge({"a": {"b": 1, "c": 2}}, {"a": {"b": 3}, "d": 4}) == {"a": {"b": 3, "c": 2}, "d": 4}
 
 
+def test_trainer_values_hold_what_the_config_validated_them_into_not_the_files_strings():
+    """The oracle reads `trainer_values` as plain data: a "0.001" pydantic accepted for a float must reach it as 0.001
+    (it raised a TypeError mid-run, a harness error instead of a result)."""
+    s = _s(trainer={"policy": {"learning_rate": "0.001", "lr_warmup_steps": "2"},
+                    "grpo": {"use_leave_one_out_baseline": "yes"}})
+    assert s.trainer == {"policy": {"learning_rate": 0.001, "lr_warmup_steps": 2},
+                         "grpo": {"use_leave_one_out_baseline": True}}
+    assert s.trainer_values()["policy"]["learning_rate"] == 0.001 == s.trainer_config().policy.learning_rate
+    with pytest.raises(ValidationError, match="learning_rate"):
+        _s(trainer={"policy": {"learning_rate": "fast"}})
+
+
 def test_training_recipe_maps_a_uniform_scenario_and_refuses_the_rest():
     s = _s(mode="policy", groups=2, steps=20, compaction="recency-images-k2",
            script={"generate": {"turns": 4, "images_per_observation": 1}})
