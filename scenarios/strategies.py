@@ -70,12 +70,13 @@ def media(*, min_images: int = 0, max_images: int = 2, keys: int = 3) -> st.Sear
     if isinstance(keys, bool) or not isinstance(keys, int) or not 1 <= keys <= 64:
         raise _bad("keys", keys, "an int in [1, 64]")
     image = st.builds(
-        ImageSpec,
+        lambda kind, key, width, height: ImageSpec(kind=kind, key=key, width=width, height=height,
+                                                   shape="circle" if kind == "shape" else None),
         kind=st.sampled_from(["screen", "shape"]),
         key=st.integers(0, keys - 1).map(lambda k: f"img-{k}"),
         width=st.sampled_from([8, 12, 16]),
         height=st.sampled_from([8, 12]),
-    ).map(lambda im: im.model_copy(update={"shape": "circle"}) if im.kind == "shape" else im)
+    )
     return st.lists(image, min_size=min_images, max_size=max_images).map(tuple)
 
 
