@@ -18,8 +18,11 @@ from pathlib import Path
 from typing import Any
 
 from compactsim.harness.audit import Finding
+from compactsim.harness.audit.observed import BACKEND_ERROR
+from compactsim.harness.core.batch import TraceBatch
 from compactsim.harness.core.errors import CompactsimError, ContractError
 from compactsim.harness.core.json_input import InputError, load_json
+from compactsim.harness.core.trace_plan import TracePlan
 from compactsim.harness.runner import ScenarioRun, load_saved_run, run_scenario
 
 
@@ -121,13 +124,18 @@ def _error_json(exc: CompactsimError) -> dict[str, Any]:
     return {"code": getattr(exc, "code", type(exc).__name__), "rollout_id": None, "turn_id": None, "detail": str(exc)}
 
 
+def _backend_error_json(method: str, exc: Exception) -> dict[str, Any]:
+    return {"code": BACKEND_ERROR, "rollout_id": None, "turn_id": None,
+            "detail": f"the backend's {method} raised {type(exc).__name__}: {exc}"}
+
+
 def diagnose_payload(results: Sequence[Mapping[str, Any]], *, backend_spec: str, group_size: int | None = None,
                      dp_size: int = 1, micro_batch_size: int = 1) -> PayloadDiagnosis:
     """Plan every result with the backend, then materialize them as one batch, collecting every diagnostic."""
     from compactsim.harness.audit.checks import Reporter, check_padding
     from compactsim.harness.audit.observed import ObservedStep, observed_from_artifact
     from compactsim.harness.core.artifacts import artifact_from_batch
-    from compactsim.harness.pipeline.backend import load_backend
+    from compactsim.harness.pipeline.backend import load_backend, protocol_return
     from compactsim.harness.pipeline.train_config import parse_trainer_config
 
     backend = load_backend(backend_spec)
@@ -135,10 +143,13 @@ def diagnose_payload(results: Sequence[Mapping[str, Any]], *, backend_spec: str,
     plans = []
     for k, result in enumerate(results):
         try:
-            plan = backend.plan(result)
+            plan = protocol_return("plan", backend.plan(result), TracePlan)
         except CompactsimError as exc:
             err = _error_json(exc)
             diagnoses.append(RolloutDiagnosis(k, err.get("rollout_id"), error=err))
+            continue
+        except Exception as exc:  # noqa: BLE001 - the backend under test broke: its diagnosis, not a traceback
+            diagnoses.append(RolloutDiagnosis(k, None, error=_backend_error_json("plan", exc)))
             continue
         plans.append(plan)
         diagnoses.append(RolloutDiagnosis(k, plan.evidence.rollout_id, traces=tuple(t.to_json() for t in plan.traces)))
@@ -152,9 +163,11 @@ def diagnose_payload(results: Sequence[Mapping[str, Any]], *, backend_spec: str,
                                 "policy": {"dp_size": dp_size, "train_micro_batch_size": micro_batch_size,
                                            "train_global_batch_size": max(len(plans), 1)}})
     try:
-        batch = backend.materialize(plans, cfg)
+        batch = protocol_return("materialize", backend.materialize(plans, cfg), TraceBatch)
     except CompactsimError as exc:
         return PayloadDiagnosis(rollouts=tuple(diagnoses), batch_error=_error_json(exc))
+    except Exception as exc:  # noqa: BLE001 - as for plan
+        return PayloadDiagnosis(rollouts=tuple(diagnoses), batch_error=_backend_error_json("materialize", exc))
     import torch
 
     zeros = torch.zeros(batch.row_input_ids.shape, dtype=torch.float64)

@@ -591,13 +591,17 @@ def _backend_step(
 ) -> tuple[ObservedStep, bytes, bytes] | ObservedError:
     """Plan, materialize and train one step through the backend, the harness measuring the state around
     `train_step`; any refusal, crash or malformed result is returned as the observed error."""
+    from compactsim.harness.core.batch import TraceBatch
+    from compactsim.harness.core.trace_plan import TracePlan
+    from compactsim.harness.pipeline.backend import protocol_return
+
     stage = "plan"
     try:
         with clock.stage("plan"):
-            plans = [backend.plan(r) for r in results]
+            plans = [protocol_return("plan", backend.plan(r), TracePlan) for r in results]
         stage = "materialize"
         with clock.stage("materialize"):
-            batch = backend.materialize(plans, cfg)
+            batch = protocol_return("materialize", backend.materialize(plans, cfg), TraceBatch)
         stage = "train"
         with clock.stage("train"):
             before = snapshot_training_state(state.policy, state.optimizer, state.scheduler)

@@ -248,22 +248,31 @@ def step_results(
     c = scenario.corruption
     if c is not None and c.step == step:
         k = target("corruption", c)
-        rid, result = results[k]
-        if c.kind == "duplicate_rollout":
-            results.insert(k + 1, (rid, copy_tree(result)))
-        elif c.kind == "drop_rollout":
-            del results[k]
-        elif c.kind == "zero_call_capture":
-            results[k] = (rid, zero_call_capture(result))
-        elif c.kind == "bump_policy_version":
-            results[k] = (rid, bump_policy_version(result))
-        elif c.kind == "narrow_routes":
-            results[k] = (rid, narrow_routes(result))
-        elif c.kind == "resubmit_under_new_id":
-            results.insert(k + 1, (rid, resubmitted(result)))
-        elif c.kind == "drop_reward":
-            results[k] = (rid, without_reward(result))
+        try:
+            _corrupt(results, k, c.kind)
+        except MutationNotApplicable as exc:
+            raise ConfigError("invalid_config", f"scenario {scenario.name!r}: corruption {c.kind!r} does not apply to "
+                              f"{results[k][0]!r} at step {step}: {exc}") from None
     return [r for _, r in results]
+
+
+def _corrupt(results: list[tuple[str, dict[str, Any]]], k: int, kind: str) -> None:
+    """Apply batch corruption `kind` to the result at `k` of `results` (in place)."""
+    rid, result = results[k]
+    if kind == "duplicate_rollout":
+        results.insert(k + 1, (rid, copy_tree(result)))
+    elif kind == "drop_rollout":
+        del results[k]
+    elif kind == "zero_call_capture":
+        results[k] = (rid, zero_call_capture(result))
+    elif kind == "bump_policy_version":
+        results[k] = (rid, bump_policy_version(result))
+    elif kind == "narrow_routes":
+        results[k] = (rid, narrow_routes(result))
+    elif kind == "resubmit_under_new_id":
+        results.insert(k + 1, (rid, resubmitted(result)))
+    elif kind == "drop_reward":
+        results[k] = (rid, without_reward(result))
 
 
 def _response(result: dict[str, Any]) -> dict[str, Any]:

@@ -29,6 +29,7 @@ from compactsim.agents.compaction.presets import policy_preset
 from compactsim.agents.rollout.script import Flavour, ImageSpec, RolloutScript, TurnScript, scripted_turns
 from compactsim.harness.core.contract import FLOAT_EXACT_INT
 from compactsim.harness.core.errors import CONTRACT_CODES, ConfigError
+from compactsim.harness.core.tokenizer import VOCAB_SIZE
 from compactsim.mock_servers.model_server.settings import FaultKind, ScriptStep
 from compactsim.scenarios.metric_expectations import parse_metric_expectations
 from compactsim.scenarios.mutations import MUTATIONS_BY_NAME
@@ -421,6 +422,8 @@ class Scenario(_Strict):
     def _one_line(cls, v: str) -> str:
         if "\n" in v.strip():
             raise ValueError("purpose must be one line")
+        if not v.strip():  # `min_length` counted the spaces; the stripped purpose would fail the next validation
+            raise ValueError("purpose must say something (it is blank)")
         return v.strip()
 
     @field_validator("tags")
@@ -536,9 +539,13 @@ class Scenario(_Strict):
         if self.fresh_groups and not cfg.grpo.async_grpo.enabled:
             raise ValueError("fresh_groups needs async GRPO (trainer.grpo.async_grpo.enabled): a sync step "
                              "collects all its groups at once")
-        over = [f"policy.{name}={value} exceeds {cap}" for name, value, cap in caps if value > cap]
+        over = [f"policy.{name}={value} exceeds {cap} (padding would allocate gigabytes)" for name, value, cap in caps
+                if value > cap]
+        if cfg.policy.pad_token_id >= VOCAB_SIZE:  # padding ids go through the policy's embedding
+            over.append(f"policy.pad_token_id={cfg.policy.pad_token_id} is not a token of the tiny policy's vocabulary "
+                        f"(ids 0..{VOCAB_SIZE - 1})")
         if over:
-            raise ValueError(f"trainer: {'; '.join(over)} (padding would allocate gigabytes)")
+            raise ValueError(f"trainer: {'; '.join(over)}")
         return self
 
     def _slot_problems(self, what: str, step: int, group: int, index: int) -> list[str]:

@@ -39,6 +39,8 @@ PRESETS: tuple[str, ...] = (
 )
 
 _NUM = re.compile(r"^([a-z]+)(\d+)$")
+#: Digits a preset's number may have (K, N, T: turn and image counts)
+MAX_NUMBER_DIGITS = 6
 
 
 def _bad(name: str, why: str) -> ConfigError:
@@ -52,6 +54,8 @@ def policy_preset(name: str) -> ContextHistoryConfig:
     rest: list[str] = []
     for tok in tokens:
         m = _NUM.match(tok)
+        if m and len(m.group(2)) > MAX_NUMBER_DIGITS:  # a count no rollout reaches, and past Gym's JSON integer limit
+            raise _bad(name, f"{tok[:40]!r}: a number in a preset name has at most {MAX_NUMBER_DIGITS} digits")
         if m and m.group(1) == "chunked":
             schedule = {"type": "turn_chunked_recency", "actions_per_chunk": int(m.group(2))}
         else:

@@ -52,9 +52,9 @@ MAX_PORT = 65535
 
 
 def _console(stderr: bool = False) -> Console:
-    """Wide when piped (logs, CI), terminal width otherwise."""
+    """Wide when piped (logs, CI), terminal width otherwise; no emoji codes, so a `:a:` in a name prints as written."""
     probe = Console(stderr=stderr)
-    return Console(stderr=stderr, highlight=False, width=None if probe.is_terminal else 200)
+    return Console(stderr=stderr, highlight=False, emoji=False, width=None if probe.is_terminal else 200)
 
 
 console = _console()

@@ -20,6 +20,7 @@ from compactsim.harness.commands.common import (
     print_json,
     report_error,
 )
+from compactsim.harness.core.contract import INT32_LIMIT
 from compactsim.harness.core.errors import CompactsimError, ConfigError
 from compactsim.harness.core.json_input import limits_help
 
@@ -95,7 +96,8 @@ def materialize_command(
     files: Annotated[list[Path], typer.Argument(help="Gym results: one object, a JSON list, or JSON lines per file")],
     json_output: Annotated[bool, typer.Option("--json", help="print rows and metrics as JSON")] = False,
     num_generations: Annotated[
-        int | None, typer.Option("--num-generations", min=1, help="require groups of exactly this many rollouts")
+        int | None, typer.Option("--num-generations", min=1, max=INT32_LIMIT - 1,
+                                 help="require groups of exactly this many rollouts")
     ] = None,
     dp_size: Annotated[int, typer.Option("--dp-size", min=1, max=MAX_DP_SIZE, help="data-parallel ranks (row padding)")] = 1,
     micro_batch_size: Annotated[

@@ -510,6 +510,13 @@ def parse_yaml(text: str, source: str) -> Any:
 
     try:
         return yaml.load(text, Loader=_Loader)  # noqa: S506 - a SafeLoader subclass
+    except yaml.reader.ReaderError as exc:  # a character YAML refuses (NUL, most control characters): its place
+        at = max(0, min(int(exc.position), len(text)))
+        line = text.count("\n", 0, at) + 1
+        column = at - (text.rfind("\n", 0, at) + 1) + 1
+        char = exc.character if isinstance(exc.character, int) else ord(exc.character)
+        raise InputError(source, line, None, f"not valid YAML: character U+{char:04X} is not allowed ({exc.reason})",
+                         column=column) from None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         problem = f"not valid YAML: {exc.problem or exc.context}"

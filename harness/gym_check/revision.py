@@ -78,6 +78,8 @@ class Revision:
 
 def parse_spec(text: str) -> GymSpec:
     """Read SPEC; an existing path wins over a pin so `./nemo_gym-0.7.0.whl` is never a pin."""
+    if not text.strip():  # Path("") is the current directory
+        raise GymSetupError("spec", "the spec is empty; give nemo-gym==X.Y.Z, a .whl file or a source directory")
     path = Path(text).expanduser()
     if path.exists():
         if path.is_dir():
@@ -114,8 +116,15 @@ def source_tree_digest(root: Path) -> str:
                 continue
             full = Path(dirpath) / name
             rel = full.relative_to(root).as_posix()
+            if not full.is_file():  # a dangling or looping symlink, a FIFO or a device named like a source file
+                raise GymSetupError("spec", f"{root}: {rel} is not a readable regular file (a dangling or looping "
+                                            "symlink, a pipe or a device)")
+            try:
+                content = full.read_bytes()
+            except OSError as exc:
+                raise GymSetupError("spec", f"{root}: cannot read {rel}: {exc.strerror or type(exc).__name__}") from None
             h.update(rel.encode("utf-8") + b"\0")
-            h.update(full.read_bytes() + b"\0")
+            h.update(content + b"\0")
     return "sha256:" + h.hexdigest()
 
 

@@ -72,6 +72,14 @@ class Backend(Protocol):
         ...
 
 
+def protocol_return(method: str, value: Any, kind: type) -> Any:
+    """`value` when it is what the Backend protocol says `method` returns; otherwise a TypeError naming the method,
+    so a plan returned as None is blamed on `plan`, not on the stage that first trips over it."""
+    if not isinstance(value, kind):
+        raise TypeError(f"{method} returned {type(value).__name__}, not a {kind.__name__}")
+    return value
+
+
 class ReferenceBackend:
     """compactsim's reference pipeline: `plan_rollout` (strict), `materialize`, `trainer.train_step`."""
 
@@ -131,4 +139,4 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exception_text(exc)}{where}"
 
 
-__all__ = ["Backend", "ReferenceBackend", "load_backend"]
+__all__ = ["Backend", "ReferenceBackend", "load_backend", "protocol_return"]

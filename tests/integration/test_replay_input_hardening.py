@@ -115,3 +115,17 @@ def test_a_run_saved_on_a_gpu_machine_is_refused_without_one(tmp_path: Path):
         pytest.skip("this machine has a GPU: the saved device is usable")
     result = invoke("replay", str(saved_run(tmp_path / "gpu", run={**RUN, "device": "cuda"})))
     assert_refused(result, "run.json: field device:")
+
+
+@pytest.mark.parametrize(("backend", "says"), [
+    ("tests.quality.plan_returns_none:Backend", "the backend's plan raised TypeError: plan returned NoneType, not a TracePlan"),
+    ("tests.quality.crashing_train_step:Backend", None),  # crashes only in train_step, which a payload replay never runs
+])
+def test_a_payload_replayed_through_a_broken_backend_is_diagnosed_not_a_traceback(backend: str, says: str | None):
+    payload = "examples/gym-0.7.0-transport-compacted-3call.json"  # a bare response: the batch has no reward (exit 2)
+    result = invoke("replay", payload, "--backend", backend)
+    assert "Traceback" not in result.output and result.exit_code == 2, result.output
+    if says is None:
+        assert result.output == invoke("replay", payload).output  # the reference's diagnosis, word for word
+    else:
+        assert says in result.output, result.output

@@ -196,7 +196,8 @@ MISREPORTING = (
 )
 #: Backends that fail outright: the run must end in a `backend.error` finding, not a crash.
 CRASHING = ("crashing_train_step", "malformed_result", "exits_the_process", "unprintable_error", "version_not_advanced",
-            "trained_version_mislabelled", "raises_its_own_base_exception", "padding_rows_sample_mask_one")
+            "trained_version_mislabelled", "raises_its_own_base_exception", "padding_rows_sample_mask_one",
+            "plan_returns_none")
 
 
 @functools.cache
@@ -336,6 +337,11 @@ def test_failing_backend_is_a_finding_with_the_raising_frame(module: str):
     assert (finding.check, finding.step) == ("backend.error", 0)
     assert " (at " in finding.message and ".py:" in finding.message
     assert finding.reproduce == f"compactsim run {mod.SCENARIO} --seed 0 --backend {spec}"
+
+
+def test_a_wrong_return_is_blamed_on_the_method_that_returned_it():
+    [finding] = record_of("no-compaction", "tests.quality.plan_returns_none:Backend").findings
+    assert finding.message.startswith("the backend's plan raised: TypeError: plan returned NoneType, not a TracePlan")
 
 
 def test_a_crashing_backend_does_not_stop_the_suite_and_the_outputs_are_written(tmp_path: Path):

@@ -51,3 +51,10 @@ def test_bad_preset_names_fail_with_the_reason(name, reason):
         policy_preset(name)
     assert exc.value.code == "invalid_argument"
     assert reason in str(exc.value)
+
+
+def test_a_number_of_more_than_six_digits_is_refused_in_the_name():
+    """A chunk size of 30 digits used to load and fail mid-run at Gym's JSON integer limit."""
+    with pytest.raises(ConfigError, match="'chunked9999999': a number in a preset name has at most 6 digits"):
+        policy_preset("recency-images-k2-chunked9999999")
+    assert policy_preset("recency-images-k2-chunked999999").schedule.actions_per_chunk == 999999

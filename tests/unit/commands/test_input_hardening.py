@@ -287,3 +287,14 @@ def test_the_payload_fixture_is_a_valid_result(tmp_path: Path):
     result = runner.invoke(app, ["plan", "--json", str(_payload(tmp_path))])
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["rollout_id"] == "r-ok"
+
+
+def test_a_colon_pair_in_user_input_is_printed_as_written_not_as_an_emoji():
+    """rich turned `:a:` in `--backend bk.b:a:b` into 🅰 in the error line."""
+    from typer.testing import CliRunner
+
+    from compactsim.harness.cli import app
+
+    result = CliRunner().invoke(app, ["run", "no-compaction", "--backend", "nowhere.mod:a:b"])
+    assert result.exit_code == 2
+    assert "backend='nowhere.mod:a:b' does not load" in result.output

@@ -240,3 +240,12 @@ def test_json_duplicate_keys_are_refused_naming_line_and_object(tmp_path: Path):
     assert "duplicate key 'x' in one object" in err.problem
     lines_err = _err(parse_json_lines, '{"k": 1}\n{"k": 2, "k": 3}\n', "rows.jsonl")
     assert lines_err.line == 2 and "duplicate key 'k'" in lines_err.problem
+
+
+def test_a_character_yaml_refuses_is_one_line_with_its_place():
+    """PyYAML's ReaderError spans two lines and names a "<unicode string>" position; here it is file:line:column."""
+    with pytest.raises(InputError) as err:
+        parse_yaml('a: 1\nb: "x\x00y"\n', "s.yaml")
+    assert (err.value.line, err.value.column) == (2, 6)
+    assert err.value.problem == "not valid YAML: character U+0000 is not allowed (special characters are not allowed)"
+    assert "\n" not in str(err.value)

@@ -67,3 +67,22 @@ def test_anything_else_is_unknown_and_nothing_runs(tmp_path: Path, info: str):
 def test_no_dynamic_version_or_a_module_outside_the_checkout_is_unknown(tmp_path: Path):
     assert dynamic_version(tmp_path, {}) is None
     assert dynamic_version(tmp_path, {"tool": {"setuptools": {"dynamic": {"version": {"attr": "os.sep"}}}}}) is None
+
+
+@pytest.mark.parametrize("make", ["dangling", "loop"])
+def test_a_source_file_that_cannot_be_read_is_a_setup_error_naming_it(tmp_path: Path, make: str):
+    """`gym-check --gym DIR` digests DIR's sources: a dangling or self-referencing symlink was an OSError traceback."""
+    from compactsim.harness.gym_check.errors import GymSetupError
+    from compactsim.harness.gym_check.revision import source_tree_digest
+
+    (tmp_path / "ok.py").write_text("x = 1\n")
+    (tmp_path / "x.py").symlink_to("nowhere" if make == "dangling" else "x.py")
+    with pytest.raises(GymSetupError, match="x.py is not a readable regular file"):
+        source_tree_digest(tmp_path)
+
+
+def test_an_empty_spec_is_refused_rather_than_read_as_the_current_directory():
+    from compactsim.harness.gym_check.errors import GymSetupError
+
+    with pytest.raises(GymSetupError, match="the spec is empty"):
+        parse_spec("  ")
