@@ -217,3 +217,12 @@ def test_compaction_may_be_an_explicit_context_history_config():
     assert (history.policy.config.images.keep_last_groups, history.schedule.actions_per_chunk) == (2, 2)
     with pytest.raises(ValidationError, match="rolling_recency requires actions_per_chunk=1"):
         _s(compaction={"schedule": {"type": "rolling_recency", "actions_per_chunk": 3}})
+
+
+@pytest.mark.parametrize(("data", "says"), [
+    ({"purpose": "   "}, "purpose must say something"),  # passed min_length, then failed the run's re-validation
+    ({"trainer": {"policy": {"pad_token_id": 2147483646}}}, "policy.pad_token_id=2147483646 is not a token"),
+])
+def test_a_scenario_that_could_not_run_is_refused_when_it_loads(data, says):
+    with pytest.raises(ValidationError, match=says):
+        _s(**data)
