@@ -241,19 +241,22 @@ def step_results(
         k = target("mutation", m)
         try:
             results[k] = (results[k][0], MUTATIONS_BY_NAME[m.name].apply(results[k][1]))
-        except (MutationNotApplicable, IndexError, KeyError) as exc:  # the target lacks the part it edits
-            why = str(exc) if isinstance(exc, MutationNotApplicable) else f"its payload lacks the part it edits ({exc!r})"
-            raise ConfigError("invalid_config", f"scenario {scenario.name!r}: mutation {m.name!r} does not apply to "
-                              f"{results[k][0]!r} at step {step}: {why}") from None
+        except MutationNotApplicable as exc:
+            raise _not_applicable(scenario, f"mutation {m.name!r}", results[k][0], step, exc) from None
     c = scenario.corruption
     if c is not None and c.step == step:
         k = target("corruption", c)
         try:
             _corrupt(results, k, c.kind)
         except MutationNotApplicable as exc:
-            raise ConfigError("invalid_config", f"scenario {scenario.name!r}: corruption {c.kind!r} does not apply to "
-                              f"{results[k][0]!r} at step {step}: {exc}") from None
+            raise _not_applicable(scenario, f"corruption {c.kind!r}", results[k][0], step, exc) from None
     return [r for _, r in results]
+
+
+def _not_applicable(scenario: Scenario, what: str, rollout: str, step: int, exc: MutationNotApplicable) -> ConfigError:
+    """The scenario's edit cannot be made on the rollout it targets: a config error naming both, not a crash."""
+    return ConfigError("invalid_config", f"scenario {scenario.name!r}: {what} does not apply to {rollout!r} at step "
+                                         f"{step}: {exc}")
 
 
 def _corrupt(results: list[tuple[str, dict[str, Any]]], k: int, kind: str) -> None:

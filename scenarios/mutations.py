@@ -90,9 +90,15 @@ def _media_index(resp: Payload) -> int:
 
 
 def _mutating(fn: Callable[[Payload], None]) -> Callable[[Payload], Payload]:
+    """A mutation on a deep copy; a payload without the part it edits (no second record, no image) is
+    `MutationNotApplicable`, never the `IndexError` or `KeyError` the edit ran into."""
+
     def apply(payload: Payload) -> Payload:
         out = copy.deepcopy(payload)
-        fn(_body(out))
+        try:
+            fn(_body(out))
+        except (IndexError, KeyError) as exc:
+            raise MutationNotApplicable(f"{fn.__name__}: the payload lacks the part it edits ({exc!r})") from None
         return out
 
     apply.__name__ = fn.__name__

@@ -339,7 +339,7 @@ def expect_step(
     plans_by_id = {m.truth.rollout_id: m.plan for m in members}
     batch_err = batch_error([m.truth for m in members], view, plans_by_id) if plan_error is None else None
     if batch_err is not None and not members:
-        batch_err = replace(batch_err, cause=_none_completed(step, [truths[s.rollout_id] for s in slots(scenario, step)]))
+        batch_err = replace(batch_err, cause=_none_completed(step, [truths[rid] for rid in want]))
     ok = plan_error is None and batch_err is None
 
     unique: dict[str, _Member] = {}

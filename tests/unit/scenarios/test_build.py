@@ -24,7 +24,7 @@ from compactsim.scenarios.build import (
 )
 from compactsim.scenarios.execute import collect_step
 from compactsim.scenarios.model import Scenario
-from compactsim.scenarios.mutations import MutationNotApplicable
+from compactsim.scenarios.mutations import MUTATIONS_BY_NAME, MutationNotApplicable
 
 pytestmark = pytest.mark.filterwarnings("ignore:Using `httpx` with `starlette.testclient`")
 
@@ -229,6 +229,8 @@ def test_zero_call_capture_and_version_bump_leave_their_input_alone(collected):
     assert bump_policy_version(result) != result
     with pytest.raises(MutationNotApplicable):
         bump_policy_version(empty)
+    with pytest.raises(MutationNotApplicable, match="partial_token_fields: the payload lacks the part it edits"):
+        MUTATIONS_BY_NAME["partial_token_fields"].apply(empty)  # no token item: was an IndexError
     with pytest.raises(MutationNotApplicable, match="records no routed experts"):
         narrow_routes(empty)
     one_expert = narrow_routes(result)  # top-k 2 -> 1: one column fewer cannot be taken again
