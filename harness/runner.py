@@ -519,7 +519,7 @@ def _execute(
     cfg = build.trainer_config
     backend = load_backend(options.backend)
     configure_determinism(1)
-    state = init_train_state(cfg, device=resolve_device(options.device))
+    state = init_train_state(cfg, device=resolve_device(options.device), model_config=build.model_config)
     steps: list[ObservedStep] = []
     logs_by_step: list[list[Mapping[str, Any]]] = []
     rows: list[int] = []

@@ -28,6 +28,7 @@ from compactsim.scenarios.model import Scenario, resolve_compaction
 from compactsim.scenarios.mutations import MUTATIONS_BY_NAME, MutationNotApplicable
 
 if TYPE_CHECKING:
+    from compactsim.harness.core.policy import PolicyConfig as ModelConfig
     from compactsim.harness.pipeline.train_config import TrainerConfig
 
 _CONTRACT_KEYS = ("context_compaction_contract", "rollout_trace_contract")
@@ -158,6 +159,8 @@ def model_server_settings(scenario: Scenario) -> dict[str, Any]:
         "faults": fault_specs(scenario),
         "return_routed_experts": scenario.routes,
     }
+    if not scenario.moe.is_default():  # the server's defaults are the default shape: older settings stay byte-identical
+        settings |= {"num_layers": scenario.moe.layers, "num_experts": scenario.moe.experts, "top_k": scenario.moe.top_k}
     if scenario.mode == "policy":
         precision = scenario.trainer_config().policy.precision
         settings["policy"] = {"dtype": "float64" if precision == "float64" else "float32"}
@@ -394,6 +397,8 @@ class ScenarioBuild:
     model_settings: dict[str, Any]
     reward_settings: dict[str, Any]
     trainer_config: TrainerConfig
+    #: The policy's shape (router layers, experts, top-k from `Scenario.moe`) for the trainer's weights.
+    model_config: ModelConfig
 
 
 def build_scenario(scenario: Scenario) -> ScenarioBuild:
@@ -404,7 +409,16 @@ def build_scenario(scenario: Scenario) -> ScenarioBuild:
         model_settings=model_server_settings(scenario),
         reward_settings=reward_server_settings(scenario),
         trainer_config=scenario.trainer_config(),
+        model_config=model_config(scenario),
     )
+
+
+def model_config(scenario: Scenario) -> ModelConfig:
+    """The tiny policy's shape for `scenario`: its `moe` router shape, every other dimension the default."""
+    from compactsim.harness.core.policy import PolicyConfig as ModelConfig  # torch: only once a run builds the scenario
+
+    moe = scenario.moe
+    return ModelConfig(n_layers=moe.layers, n_experts=moe.experts, top_k=moe.top_k).check()
 
 
 __all__ = [
@@ -415,6 +429,7 @@ __all__ = [
     "bump_policy_version",
     "fault_specs",
     "group_id",
+    "model_config",
     "model_server_settings",
     "narrow_routes",
     "resubmitted",

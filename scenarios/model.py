@@ -236,6 +236,35 @@ class PredicateReward(_Strict):
         return self
 
 
+#: The router's shape caps: the scripted routes draw from the experts' ordered top-k permutations (8P8 = 40,320 rows).
+MAX_MOE_LAYERS = 8
+MAX_MOE_EXPERTS = 8
+
+
+class MoeShape(_Strict):
+    """The tiny MoE policy's router shape: MoE layers, experts per layer and experts routed per token.
+
+    One shape serves the model server (its routed experts are [tokens, layers, top_k]) and the trainer's
+    policy, so router replay feeds the trainer routes of its own layout. The default (2, 4, 2) is what
+    every scenario without `moe` runs; a scenario with `layers != top_k` or `top_k == 1` tells the axes
+    apart and catches a trainer that assumes a layout (a sentinel of `layers` columns, axes swapped).
+    """
+
+    layers: StrictInt = Field(2, ge=1, le=MAX_MOE_LAYERS)
+    experts: StrictInt = Field(4, ge=1, le=MAX_MOE_EXPERTS)
+    top_k: StrictInt = Field(2, ge=1, le=MAX_MOE_EXPERTS)
+
+    @model_validator(mode="after")
+    def _top_k_within_experts(self) -> MoeShape:
+        if self.top_k > self.experts:
+            raise ValueError(f"top_k={self.top_k} exceeds experts={self.experts}: a token cannot route to more experts "
+                             "than the layer has")
+        return self
+
+    def is_default(self) -> bool:
+        return self == MoeShape()
+
+
 class RewardsSpec(_Strict):
     """Exactly one rule: `fixed`, `pattern` (by rollout index, cycling), `by_index` (+ `default`), `predicate`."""
 
@@ -386,6 +415,8 @@ class Scenario(_Strict):
     mode: Mode = "scripted"
     drift: Drift = "none"
     routes: bool = True
+    #: Router shape of the policy (server and trainer): layers, experts, top-k.
+    moe: MoeShape = MoeShape()
     faults: tuple[FaultRef, ...] = ()
     rewards: RewardsSpec = RewardsSpec(pattern=(1.0, 0.0))
     #: Rollout indices (in every group) whose verify answer sets `mask_sample`.
@@ -642,7 +673,7 @@ class Scenario(_Strict):
         """The run recipe fields of `compactsim.harness.train_run.RunRecipe` for a uniform generated scenario.
 
         Raises `ConfigError("invalid_argument")` when the scenario cannot be expressed as a recipe
-        (explicit turns, per-rollout overrides, non-pattern rewards, mutations, faults).
+        (explicit turns, per-rollout overrides, non-pattern rewards, mutations, faults, a router shape of its own).
         """
         why = []
         if self.script.generate is None:
@@ -659,6 +690,8 @@ class Scenario(_Strict):
             why.append("an explicit compaction config")
         if self.mutation or self.corruption or self.faults:
             why.append("adversarial edits or faults")
+        if not self.moe.is_default():  # a training run's policy has the default router shape
+            why.append("a router shape other than the default")
         if why:
             raise ConfigError("invalid_argument", f"scenario {self.name!r} is not a plain training recipe: {', '.join(why)}")
         g = self.script.generate
@@ -685,6 +718,7 @@ __all__ = [
     "Drift",
     "Expect",
     "FaultRef",
+    "MoeShape",
     "MutationRef",
     "PredicateReward",
     "RewardsSpec",

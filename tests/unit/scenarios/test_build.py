@@ -120,6 +120,21 @@ def test_server_settings_script_every_step_and_carry_mode_drift_rewards_and_mask
     RewardSettings.model_validate(reward_server_settings(s))
 
 
+def test_the_router_shape_reaches_the_server_settings_and_the_trainers_model_and_the_default_adds_no_key():
+    default = _s()
+    assert not {"num_layers", "num_experts", "top_k"} & set(model_server_settings(default))  # older settings unchanged
+    assert (build_scenario(default).model_config.n_layers, build_scenario(default).model_config.top_k) == (2, 2)
+    s = _s(moe={"layers": 3, "experts": 5, "top_k": 1})
+    m = model_server_settings(s)
+    assert (m["num_layers"], m["num_experts"], m["top_k"]) == (3, 5, 1)
+    c = build_scenario(s).model_config
+    assert (c.n_layers, c.n_experts, c.top_k) == (3, 5, 1)
+    from compactsim.mock_servers.model_server import ServerSettings
+
+    settings = ServerSettings.model_validate(m)
+    assert (settings.num_layers, settings.num_experts, settings.top_k) == (3, 5, 1)
+
+
 def test_a_mask_sample_override_lists_the_masked_rollouts_by_id_for_the_reward_server():
     from compactsim.mock_servers.reward_server import RewardSettings
 

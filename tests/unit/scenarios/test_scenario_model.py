@@ -111,6 +111,8 @@ def test_training_recipe_maps_a_uniform_scenario_and_refuses_the_rest():
         _s(rollouts=[{"index": 0, "compaction": "identity"}], rewards={"fixed": 1}).training_recipe()
     assert info.value.code == "invalid_argument"
     assert "per-rollout overrides, fixed rewards" in str(info.value)
+    with pytest.raises(ConfigError, match="a router shape other than the default"):
+        _s(moe={"layers": 3, "top_k": 1}).training_recipe()
 
 
 @pytest.mark.parametrize(
@@ -173,6 +175,11 @@ def test_training_recipe_maps_a_uniform_scenario_and_refuses_the_rest():
         ({"groups": 2, "tasks": [0, 8]}, "tasks.1\n  Input should be less than 8"),
         ({"groups": 2, "tasks": [0, "a"]}, "tasks.1\n  Input should be a valid integer"),
         ({"groups": 2, "fresh_groups": [1]}, "fresh_groups needs async GRPO"),
+        ({"moe": {"experts": 2, "top_k": 3}}, "top_k=3 exceeds experts=2"),
+        ({"moe": {"layers": 0}}, "moe.layers\n  Input should be greater than or equal to 1"),
+        ({"moe": {"experts": 9}}, "moe.experts\n  Input should be less than or equal to 8"),
+        ({"moe": {"layers": 2.0}}, "moe.layers\n  Input should be a valid integer"),
+        ({"moe": {"heads": 2}}, "moe.heads\n  Extra inputs are not permitted"),
         ({"groups": 2, "fresh_groups": [2], "trainer": {"grpo": {"async_grpo": {"enabled": True}},
                                                          "loss_fn": {"use_importance_sampling_correction": True}}},
          "fresh_groups [2] names groups outside groups=2"),
