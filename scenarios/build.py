@@ -107,6 +107,7 @@ def rollout_spec(scenario: Scenario, slot: RolloutSlot) -> RolloutSpec:
         rollout_index=i,
         attempt_index=0,
         seed=rollout_seed(scenario, slot),
+        task_seed=derive_int(scenario.seed, "scenario.task_images", group=t),  # one task, one first prompt: pixels too
         script=script,
         context_history=resolve_compaction(scenario.setting("compaction", g, i, step=slot.step)),
         flavour=scenario.setting("flavour", g, i, step=slot.step),

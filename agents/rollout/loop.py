@@ -153,11 +153,10 @@ class ScriptedAgent:
 
     def run(self, spec: RolloutSpec) -> RolloutRecord:
         """Run one rollout to its end (a stop or a classified failure) and return its record."""
-        seed = spec.seed
-        agent_input = gym_input_items(spec.script.agent_input(seed))
+        agent_input = gym_input_items(spec.script.agent_input(spec.task_image_seed))
         image_specs: dict[str, Mapping[str, Any]] = {}
         for im in spec.script.task_images:
-            image_specs[media_id_for(im.part(seed))] = im.model_dump(mode="json")
+            image_specs[media_id_for(im.part(spec.task_image_seed))] = im.model_dump(mode="json")
         contract = build_generation_contract(
             sampling_config=task_params(spec), model_server=spec.model_server, context_history=spec.context_history
         )

@@ -188,6 +188,9 @@ class RolloutSpec(_Strict):
     rollout_index: int | None = Field(default=None, ge=0)
     attempt_index: int | None = Field(default=0, ge=0)
     seed: int = Field(ge=0, lt=2**63)
+    #: Seed of the task's images (`script.task_images`); None: `seed`. A GRPO group asks one task, so its rollouts
+    #: start from one prompt, pixels included: a scenario gives every rollout of a task the same task seed.
+    task_seed: int | None = Field(default=None, ge=0, lt=2**63)
     script: RolloutScript
     context_history: ContextHistoryConfig = Field(default_factory=ContextHistoryConfig)
     flavour: Flavour = "gym-0.7.0-transport"
@@ -200,6 +203,11 @@ class RolloutSpec(_Strict):
     #: "chat" (default): POST /v1/chat/completions and convert the answer the way Gym's model server
     #: does, so the evidence is Gym's; "responses": POST /v1/responses to a responses-native server
     endpoint: Literal["responses", "chat"] = "chat"
+
+    @property
+    def task_image_seed(self) -> int:
+        """The seed the task's images are drawn with (`task_seed`, else the rollout's own)."""
+        return self.seed if self.task_seed is None else self.task_seed
 
     @property
     def sends_required_prefix(self) -> bool:

@@ -85,7 +85,7 @@ def run_body(spec: Any) -> dict[str, Any]:
     """Gym's `/run` request for `spec`: the task, sampling fields, our rollout key and the contract identity."""
     from compactsim.agents.rollout.script import task_params  # noqa: PLC0415
 
-    params = {**task_params(spec), "input": spec.script.agent_input(spec.seed)}
+    params = {**task_params(spec), "input": spec.script.agent_input(spec.task_image_seed)}
     return {
         "responses_create_params": params,
         "context_compaction_rollout_id": spec.rollout_id,

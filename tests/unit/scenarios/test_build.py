@@ -69,6 +69,23 @@ def test_groups_sharing_a_task_share_task_id_and_first_prompt_but_keep_their_gro
     assert [c.artifact_digest() for c in collect_step(s)] == [c.artifact_digest() for c in col]
 
 
+def test_a_tasks_images_are_one_set_of_pixels_for_every_rollout_that_asks_it_and_observations_stay_each_rollouts_own():
+    image = {"key": "task-reference", "width": 16, "height": 12}
+    s = _s(groups=3, group_size=2, tasks=[1, 0, 1], steps=2,
+           script={"generate": {"turns": 2}, "task_images": [image]})
+    specs = [*step_specs(s, 0), *step_specs(s, 1)]
+    assert len({sp.seed for sp in specs}) == 12  # each rollout still draws its own observations
+    seeds = [sp.task_image_seed for sp in specs]
+    assert seeds[0] == seeds[1] == seeds[4] == seeds[5] == seeds[6] != seeds[2] == seeds[3]  # by task, at every step
+    col = collect_step(s)
+    first_images = [c.ground_truth["calls"][0]["sent"]["media_ids"] for c in col]  # the task image only
+    assert len(first_images[0]) == 1 and first_images[0] == first_images[1] == first_images[4] != first_images[2]
+    later = [c.ground_truth["calls"][1]["sent"]["media_ids"][1:] for c in col]  # + the first observation's screenshot
+    assert len(later[0]) == 1 and len({m for ids in later for m in ids}) == 6
+    # without a task seed (a spec built by hand), the task's pixels are the rollout's own, as before
+    assert specs[0].model_copy(update={"task_seed": None}).task_image_seed == specs[0].seed
+
+
 def test_the_mock_server_keys_rollouts_of_a_shared_task_apart():
     from compactsim.agents.collect import InProcessServers
     from compactsim.agents.rollout.loop import RetryPolicy, ScriptedAgent
