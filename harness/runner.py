@@ -615,8 +615,9 @@ def _backend_step(
     except BaseException as exc:  # noqa: BLE001 - any backend failure (sys.exit, its own BaseException) is the outcome
         from compactsim.harness.outputs import terminated
 
-        if isinstance(exc, (KeyboardInterrupt, GeneratorExit)) or (isinstance(exc, SystemExit) and terminated()):
-            raise  # the user's Ctrl-C or SIGTERM, or the interpreter closing a generator: not the backend's verdict
+        if isinstance(exc, KeyboardInterrupt) or (isinstance(exc, SystemExit) and terminated()):
+            raise  # the user's Ctrl-C or SIGTERM: not the backend's verdict
+        # a GeneratorExit here is the backend's own: this frame is no generator, so nothing is closing it
         return _observed_error(exc, k, stage)
 
 

@@ -197,7 +197,7 @@ MISREPORTING = (
 #: Backends that fail outright: the run must end in a `backend.error` finding, not a crash.
 CRASHING = ("crashing_train_step", "malformed_result", "exits_the_process", "unprintable_error", "version_not_advanced",
             "trained_version_mislabelled", "raises_its_own_base_exception", "padding_rows_sample_mask_one",
-            "plan_returns_none")
+            "plan_returns_none", "raises_generator_exit")
 
 
 @functools.cache
