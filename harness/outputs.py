@@ -309,6 +309,13 @@ def terminated() -> bool:
     return bool(_received)
 
 
+def stops_the_run(exc: BaseException) -> bool:
+    """Whether `exc`, raised inside a backend call, ends the run rather than being the backend's failure: the user's
+    Ctrl-C, or the `SystemExit` of a SIGTERM/SIGINT this process received. Anything else a backend raises
+    (`sys.exit`, its own `BaseException`, a `GeneratorExit`) is its failure, a finding."""
+    return isinstance(exc, KeyboardInterrupt) or (isinstance(exc, SystemExit) and terminated())
+
+
 def raise_if_terminated() -> None:
     """Exit 128 + the signal now if one arrived and its `SystemExit` was swallowed on the way: an interrupted run
     must never go on to write outputs or mark itself complete."""

@@ -136,6 +136,7 @@ def diagnose_payload(results: Sequence[Mapping[str, Any]], *, backend_spec: str,
     from compactsim.harness.audit.observed import ObservedStep, observed_from_artifact
     from compactsim.harness.core.artifacts import artifact_from_batch
     from compactsim.harness.pipeline.backend import load_backend, protocol_return
+    from compactsim.harness.outputs import stops_the_run
     from compactsim.harness.pipeline.train_config import parse_trainer_config
 
     backend = load_backend(backend_spec)
@@ -148,7 +149,9 @@ def diagnose_payload(results: Sequence[Mapping[str, Any]], *, backend_spec: str,
             err = _error_json(exc)
             diagnoses.append(RolloutDiagnosis(k, err.get("rollout_id"), error=err))
             continue
-        except Exception as exc:  # noqa: BLE001 - the backend under test broke: its diagnosis, not a traceback
+        except BaseException as exc:  # noqa: BLE001 - the backend under test broke (sys.exit and its own BaseException
+            if stops_the_run(exc):  # too): its diagnosis, not a traceback; only Ctrl-C or a signal stops the replay
+                raise
             diagnoses.append(RolloutDiagnosis(k, None, error=_backend_error_json("plan", exc)))
             continue
         plans.append(plan)
@@ -166,7 +169,9 @@ def diagnose_payload(results: Sequence[Mapping[str, Any]], *, backend_spec: str,
         batch = protocol_return("materialize", backend.materialize(plans, cfg), TraceBatch)
     except CompactsimError as exc:
         return PayloadDiagnosis(rollouts=tuple(diagnoses), batch_error=_error_json(exc))
-    except Exception as exc:  # noqa: BLE001 - as for plan
+    except BaseException as exc:  # noqa: BLE001 - as for plan
+        if stops_the_run(exc):
+            raise
         return PayloadDiagnosis(rollouts=tuple(diagnoses), batch_error=_backend_error_json("materialize", exc))
     import torch
 

@@ -613,12 +613,11 @@ def _backend_step(
         with clock.stage("write"):
             return _observe_result(result, k, measured)
     except BaseException as exc:  # noqa: BLE001 - any backend failure (sys.exit, its own BaseException) is the outcome
-        from compactsim.harness.outputs import terminated
+        from compactsim.harness.outputs import stops_the_run
 
-        if isinstance(exc, KeyboardInterrupt) or (isinstance(exc, SystemExit) and terminated()):
+        if stops_the_run(exc):
             raise  # the user's Ctrl-C or SIGTERM: not the backend's verdict
-        # a GeneratorExit here is the backend's own: this frame is no generator, so nothing is closing it
-        return _observed_error(exc, k, stage)
+        return _observed_error(exc, k, stage)  # a GeneratorExit too: this frame is no generator, nothing closed it
 
 
 def _num(v: Any) -> Any:

@@ -48,7 +48,9 @@ from compactsim.mock_servers.serving import OpenServers, open_mock_servers
 from compactsim.harness.core.artifacts import StepArtifact, encode_step_artifact, meta_to_json
 from compactsim.harness.core.contract import with_trainer_policy_version
 from compactsim.harness.core.errors import CompactsimError, ConfigError
+from compactsim.harness.core.raised import exception_text
 from compactsim.harness.core.seeds import check_seed, derive_int
+from compactsim.harness.outputs import stops_the_run
 from compactsim.harness.pipeline.backend import Backend, ReferenceBackend
 from compactsim.harness.pipeline.replay_buffer import BufferedGroup, ReplayBuffer, ReplaySample
 from compactsim.harness.pipeline.train_config import TrainerConfig, parse_trainer_config, validate_physical_trace_training_config
@@ -452,8 +454,11 @@ def _backend_stage(step: int, stage: str) -> Iterator[None]:
         yield
     except CompactsimError:
         raise
-    except Exception as exc:  # noqa: BLE001 - whatever the backend under test raised
-        raise ConfigError("training_failed", f"step {step}: the backend's {stage} raised {type(exc).__name__}: {exc}") from exc
+    except BaseException as exc:  # noqa: BLE001 - whatever the backend under test raised (sys.exit and its own too)
+        if stops_the_run(exc):
+            raise
+        raise ConfigError("training_failed", f"step {step}: the backend's {stage} raised {type(exc).__name__}: "
+                                             f"{exception_text(exc)}") from exc
 
 
 def _sync_initial_weights(client: Any, state: TrainState, cfg: TrainerConfig) -> None:

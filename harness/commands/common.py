@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from enum import IntEnum
 from pathlib import Path
@@ -49,6 +50,14 @@ MAX_MICRO_BATCH_SIZE = 32
 MAX_SEQ_DIVISIBLE_BY = 1024
 #: TCP ports (0: the system picks a free one).
 MAX_PORT = 65535
+
+
+def use_cwd_imports() -> None:
+    """Let `--backend tests.quality.x:Backend` import from the current directory (as `python -m` would); every
+    command with a `--backend` option calls it, so one spec loads the same module under each."""
+    cwd = os.getcwd()
+    if cwd not in sys.path:
+        sys.path.insert(0, cwd)
 
 
 def _console(stderr: bool = False) -> Console:

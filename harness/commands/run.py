@@ -17,8 +17,6 @@ reports; in a log without a terminal each finished scenario prints one line.
 
 from __future__ import annotations
 
-import os
-import sys
 import time
 from pathlib import Path
 from typing import Annotated, Any
@@ -37,6 +35,7 @@ from compactsim.harness.commands.common import (
     load_results,
     print_json,
     report_error,
+    use_cwd_imports,
 )
 from compactsim.harness.commands.selection import select_scenarios
 from compactsim.harness.core.errors import CompactsimError, ConfigError
@@ -45,13 +44,6 @@ from compactsim.harness.local_pool import default_workers
 from compactsim.harness.outputs import ensure_output_dir, finish_output_dir, prepare_output_dir, release_output_dir
 
 DEFAULT_OUT = Path("compactsim-run")
-
-
-def _use_cwd_imports() -> None:
-    """Let `--backend tests.quality.x:Backend` import from the current directory (as `python -m` would)."""
-    cwd = os.getcwd()
-    if cwd not in sys.path:
-        sys.path.insert(0, cwd)
 
 
 def check_gym_check_report(path: Path) -> None:
@@ -156,7 +148,7 @@ def run_command(
     from compactsim.harness.runner import (DEFAULT_BACKEND, PRECISIONS, RunOptions, gym_record, run_suite, suite_record,
                                            write_outputs)
 
-    _use_cwd_imports()
+    use_cwd_imports()
     wandb_settings = None
     try:
         # first: no earlier run's report survives this one, even its exit 2 (never an input or an output entry)
@@ -272,7 +264,7 @@ def replay_command(
     from compactsim.harness.replay import diagnose_payload, replay_directory, replay_targets
     from compactsim.harness.runner import DEFAULT_BACKEND
 
-    _use_cwd_imports()
+    use_cwd_imports()
     try:
         if target.is_dir():
             dirs = replay_targets(target)
@@ -340,7 +332,7 @@ def shrink_command(
     from compactsim.harness.shrink import shrink, shrunk_entry
     from compactsim.scenarios.catalogue import dump_scenario
 
-    _use_cwd_imports()
+    use_cwd_imports()
     try:
         original = select_scenarios([scenario])[0]
         if seed is not None:

@@ -25,6 +25,7 @@ from compactsim.harness.commands.common import (
     console,
     print_json,
     report_error,
+    use_cwd_imports,
 )
 from compactsim.harness.core import metrics as M
 from compactsim.harness.core.errors import CompactsimError
@@ -89,6 +90,7 @@ def train_command(
     from compactsim.harness.pipeline.backend import load_backend
     from compactsim.harness.train_run import load_run_config, resolve_device, run_training
 
+    use_cwd_imports()
     overrides: dict[str, Any] = {}
     if dp_size is not None:
         overrides["dp_size"] = dp_size

@@ -120,6 +120,9 @@ def test_a_run_saved_on_a_gpu_machine_is_refused_without_one(tmp_path: Path):
 @pytest.mark.parametrize(("backend", "says"), [
     ("tests.quality.plan_returns_none:Backend", "the backend's plan raised TypeError: plan returned NoneType, not a TracePlan"),
     ("tests.quality.crashing_train_step:Backend", None),  # crashes only in train_step, which a payload replay never runs
+    # outside the Exception hierarchy, still the backend's failure: only Ctrl-C or a signal stops a replay
+    ("tests.quality.raises_its_own_base_exception:Backend", "the backend's plan raised Cancelled: the scheduler cancelled"),
+    ("tests.quality.raises_generator_exit:Backend", "the backend's materialize raised GeneratorExit: the row loader was"),
 ])
 def test_a_payload_replayed_through_a_broken_backend_is_diagnosed_not_a_traceback(backend: str, says: str | None):
     payload = "examples/gym-0.7.0-transport-compacted-3call.json"  # a bare response: the batch has no reward (exit 2)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 
 import pytest
 from typer.testing import CliRunner
@@ -57,6 +58,30 @@ def test_a_backend_that_crashes_is_a_typed_error_naming_the_step_and_stage(tmp_p
         "error_code": "training_failed",
         "message": "training_failed: step 0: the backend's train_step raised RuntimeError: "
                    "CUDA error: an illegal memory access was encountered"}
+
+
+@pytest.mark.parametrize(("module", "says"), [
+    ("raises_its_own_base_exception", "the backend's plan raised Cancelled: the scheduler cancelled this job"),
+    ("raises_generator_exit", "the backend's materialize raised GeneratorExit: the row loader was closed mid-batch"),
+    ("exits_the_process", "the backend's train_step raised SystemExit: 1"),
+    ("unprintable_error", "the backend's train_step raised RemoteError: <RemoteError whose str() raised>"),
+])
+def test_a_backend_failing_outside_the_exception_hierarchy_is_the_same_typed_error(tmp_path, module, says):
+    result = runner.invoke(app, ["train", "pr-validation-no-compaction", "--steps", "1", "--out", str(tmp_path),
+                                 "--no-save-rollouts", "--backend", f"tests.quality.{module}:Backend"])
+    assert (result.exit_code, "Traceback" in result.output) == (2, False), result.output
+    assert f"error: training_failed: step 0: {says}" in result.stderr
+
+
+def test_train_imports_a_backend_from_the_current_directory_as_run_does(tmp_path, monkeypatch):
+    (tmp_path / "own_backend_for_train.py").write_text(
+        "from compactsim.harness.pipeline.backend import ReferenceBackend as Backend\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", ".", str(tmp_path))])
+    monkeypatch.delitem(sys.modules, "own_backend_for_train", raising=False)
+    result = runner.invoke(app, ["train", "pr-validation-no-compaction", "--steps", "1", "--out", str(tmp_path / "out"),
+                                 "--no-save-rollouts", "--backend", "own_backend_for_train:Backend"])
+    assert result.exit_code == 0, result.output
 
 
 def test_weights_the_generation_server_refuses_end_the_run_with_a_typed_error(tmp_path):
