@@ -1,9 +1,11 @@
 """Broken backend: the group and leave-one-out std in one pass, sqrt((Σx² - m·mean²) / (m - 1)), with no test for
-equal rewards first (the form of NeMo-RL's `calculate_baseline_and_std_per_prompt`, nemo-rl-semantics §3.2).
+equal rewards first (an arrangement of NeMo-RL's one-pass `calculate_baseline_and_std_per_prompt`,
+nemo-rl-semantics §3.2).
 
 Exact for 0/1 rewards and for any pair, so groups of two or three with leave-one-out hide it. Three equal rewards
 that binary floating point cannot hold leave a residue of ~1e-8: under leave-one-out the group (1, 0.7, 0.7, 0.7)
-gives rollout 0 the advantage 0.3 / (1.05e-8 + 1e-6) ≈ 2.97e5 instead of 0.3 (golden spec §9).
+gives rollout 0 the advantage 0.3 / (1.05e-8 + 1e-6) ≈ 2.97e5 instead of 0.3 (NeMo-RL's own matrix arrangement
+leaves 1.58e-8 and 2.95e5; golden spec §9).
 """
 
 from __future__ import annotations

@@ -131,6 +131,15 @@ scenarios:
 """
 
 
+def test_the_golden_specs_one_pass_figures_are_nemo_rls_matrix_form_in_float64():
+    """docs/golden-spec.md §9 and the README quote these: A = 1.09e-10 for three 0.7s, 295,332.25 for the
+    leave-one-out group (1, 0.7, 0.7, 0.7), where the exact advantages are 0 and 0.30000000000000004."""
+    from tests.quality.correct_nemo_matrix_advantages import nemo_grpo
+
+    assert nemo_grpo([0.7, 0.7, 0.7], loo=False, normalize=True).tolist() == [1.0929488928438422e-10] * 3
+    assert nemo_grpo([1, 0.7, 0.7, 0.7], loo=True, normalize=True)[0] == pytest.approx(295_332.25, abs=0.005)
+
+
 @pytest.mark.parametrize("loo", [False, True])
 def test_nemo_s_one_pass_std_on_equal_inexact_rewards_is_reported_as_the_golden_spec_says(tmp_path, loo: bool):
     """docs/golden-spec.md §9: without leave-one-out, mean(x²) − b² of three 0.7s is 1.67e-16, so NeMo-RL's one-pass
