@@ -185,6 +185,11 @@ UNAUDITED_METRICS: dict[str, str] = {
     "the reference states no value for it here",
     "mean_prompt_length": "NeMo-RL's mean first-turn prompt length (input_message_log[0]); under compaction the "
     "reference does not say whether it is per logical rollout or per physical row",
+    "mean_gen_tokens_per_sample": "NeMo-RL's mean generated tokens per sample; under compaction the reference does not "
+    "say whether a sample is a logical rollout or a physical row (the trained-token counts are audited exactly: "
+    "global_valid_toks, eligible_action_tokens)",
+    "wd": "the weight decay NeMo-RL's workers log from one param group (which one is worker-specific, and Megatron's "
+    "no-decay groups log 0); the decay AdamW applied is measured per parameter by train.update",
 }
 #: Key prefixes never audited: wall-clock seconds, and `compactsim train`'s async bookkeeping (not a suite run).
 UNAUDITED_PREFIXES: dict[str, str] = {
