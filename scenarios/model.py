@@ -548,6 +548,9 @@ class Scenario(_Strict):
             if f.index is not None and f.index >= self.group_size:
                 problems.append(f"faults[{k}].index={f.index} is outside group_size={self.group_size}")
         m, c = self.mutation, self.corruption
+        if c is not None and c.kind == "narrow_routes" and self.groups * self.group_size < 2:
+            problems.append("corruption narrow_routes needs a second rollout in the batch for the narrowed routes to "
+                            "disagree with (groups x group_size >= 2); alone they only mismatch the policy's top-k")
         if m is not None and c is not None and (m.step, m.group, m.index) == (c.step, c.group, c.index):
             problems.append("mutation and corruption target the same rollout; aim them at different rollouts")
         if m is not None and m.group < self.groups and m.index < self.group_size:

@@ -176,6 +176,7 @@ def test_training_recipe_maps_a_uniform_scenario_and_refuses_the_rest():
         ({"groups": 2, "tasks": [0, "a"]}, "tasks.1\n  Input should be a valid integer"),
         ({"groups": 2, "fresh_groups": [1]}, "fresh_groups needs async GRPO"),
         ({"moe": {"experts": 2, "top_k": 3}}, "top_k=3 exceeds experts=2"),
+        ({"group_size": 1, "corruption": {"kind": "narrow_routes"}}, "narrow_routes needs a second rollout in the batch"),
         ({"moe": {"layers": 0}}, "moe.layers\n  Input should be greater than or equal to 1"),
         ({"moe": {"experts": 9}}, "moe.experts\n  Input should be less than or equal to 8"),
         ({"moe": {"layers": 2.0}}, "moe.layers\n  Input should be a valid integer"),
