@@ -178,6 +178,12 @@ BROKEN = (
     # twelfth (69-red-team-12.yaml): a padding count, a final trace and an image count taken from what never varied
     "padding_count_fixed_at_first_step",
     "final_trace_taken_as_longest",
+    # thirteenth (69-red-team-13.yaml): a batch-wide media cache meets a task image shared by a group; a route-less
+    # call or rollout away from a trace's end under replay off
+    "media_dimensions_checked_on_decode_only",
+    "media_digest_verified_once_per_id",
+    "repair_skipped_after_route_less_call",
+    "route_less_trace_gets_placeholder",
 )
 #: Backends that train right but report one loss metric wrong: `train.metric` must name `EXPECTED_KEY`.
 MISREPORTING = (
