@@ -160,6 +160,8 @@ def model_server_settings(scenario: Scenario) -> dict[str, Any]:
         "faults": fault_specs(scenario),
         "return_routed_experts": scenario.routes,
     }
+    if scenario.routes_format != "lists":
+        settings["routed_experts_format"] = scenario.routes_format
     if not scenario.moe.is_default():  # the server's defaults are the default shape: older settings stay byte-identical
         settings |= {"num_layers": scenario.moe.layers, "num_experts": scenario.moe.experts, "top_k": scenario.moe.top_k}
     if scenario.mode == "policy":

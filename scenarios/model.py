@@ -415,6 +415,9 @@ class Scenario(_Strict):
     mode: Mode = "scripted"
     drift: Drift = "none"
     routes: bool = True
+    #: How the model server sends routed experts: nested lists, or NeMo-RL's ``nrlre1`` base64 envelope (its Gym
+    #: path's wire form), which the agents pass through to the trainer unchanged.
+    routes_format: Literal["lists", "nrlre1"] = "lists"
     #: Router shape of the policy (server and trainer): layers, experts, top-k.
     moe: MoeShape = MoeShape()
     faults: tuple[FaultRef, ...] = ()

@@ -9,6 +9,8 @@ rollout is its own group.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hashlib
 
 from collections.abc import Mapping, Sequence
@@ -125,9 +127,32 @@ def _ints(values: Any, where: str) -> tuple[int, ...]:
     return tuple(values)
 
 
+#: NeMo-RL's routed-experts wire envelope, ``nrlre1:<int8|int16|int32>:SxLxK:<base64 little-endian>`` (golden spec
+#: §5 A): the little-endian dtype of each name.
+_ENVELOPE_DTYPES = {"int8": "<i1", "int16": "<i2", "int32": "<i4"}
+
+
+def _envelope_routes(value: str) -> np.ndarray | str:
+    """The [S, L, K] ids an ``nrlre1`` envelope the server sent carries; anything else is returned as it is (an
+    evidence error, which the plan's checks name)."""
+    parts = value.split(":")
+    if len(parts) != 4 or parts[0] != "nrlre1" or parts[1] not in _ENVELOPE_DTYPES:
+        return value
+    try:
+        shape = tuple(int(d) for d in parts[2].split("x"))
+        data = base64.b64decode(parts[3], validate=True)
+        return np.frombuffer(data, dtype=_ENVELOPE_DTYPES[parts[1]]).reshape(shape).astype(np.int64)
+    except (ValueError, binascii.Error):
+        return value
+
+
 def _routes(value: Any) -> np.ndarray | None:
     if value is None:
         return None
+    if isinstance(value, str):
+        value = _envelope_routes(value)
+        if isinstance(value, str):
+            return np.asarray(value, dtype=object)  # not routes: left to the evidence checks, as any malformed value
     arr = np.asarray(value)
     if arr.dtype == object:
         return arr

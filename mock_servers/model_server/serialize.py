@@ -24,6 +24,7 @@ and ``routed_experts``; ``status`` is "incomplete" with ``incomplete_details.rea
 
 from __future__ import annotations
 
+import base64
 import json
 from functools import cached_property, lru_cache
 from typing import Any
@@ -249,13 +250,26 @@ class LogprobsJSON:
         return [head + text + tail for (head, tail), text in zip(parts, texts)]  # type: ignore[misc]
 
 
-def _routes(gen: Generation) -> ArrayJSON | None:
-    return None if gen.routes is None else ArrayJSON(gen.routes)
+#: NeMo-RL's routed-experts wire envelope (nemo-rl-semantics §1.6): its magic, and the dtype the mock writes
+ROUTES_ENVELOPE = "nrlre1"
+
+
+def routes_envelope(routes: np.ndarray) -> str:
+    """``nrlre1:int16:SxLxK:<base64 of the little-endian int16 bytes, row-major>`` for a [tokens, layers, top_k] array."""
+    s, layers, k = (int(d) for d in routes.shape)
+    data = np.ascontiguousarray(routes, dtype="<i2").tobytes()
+    return f"{ROUTES_ENVELOPE}:int16:{s}x{layers}x{k}:" + base64.b64encode(data).decode("ascii")
+
+
+def _routes(gen: Generation, routes_format: str = "lists") -> ArrayJSON | str | None:
+    if gen.routes is None:
+        return None
+    return routes_envelope(gen.routes) if routes_format == ROUTES_ENVELOPE else ArrayJSON(gen.routes)
 
 
 def chat_completion(gen: Generation, *, model: str, request_digest: str, want_logprobs: bool, as_ids: bool,
-                    return_token_ids: bool) -> dict[str, Any]:
-    """The vLLM chat-completion body for `gen`."""
+                    return_token_ids: bool, routes_format: str = "lists") -> dict[str, Any]:
+    """The vLLM chat-completion body for `gen`; `routes_format` as `ServerSettings.routed_experts_format`."""
     parsed = gen.parsed
     finish = gen.finish_reason
     if finish == "stop" and parsed.tool_calls:
@@ -270,7 +284,7 @@ def chat_completion(gen: Generation, *, model: str, request_digest: str, want_lo
         ],
     }
     if gen.routes is not None:
-        message["routed_experts"] = _routes(gen)
+        message["routed_experts"] = _routes(gen, routes_format)
     logprobs = None
     if want_logprobs and gen.logprobs is not None:
         logprobs = {"content": LogprobsJSON(gen.sampled_ids, gen.logprobs, gen.top_logprobs, as_ids)}
@@ -291,7 +305,8 @@ def chat_completion(gen: Generation, *, model: str, request_digest: str, want_lo
     return body
 
 
-def responses_body(gen: Generation, *, model: str, request_digest: str, tools: list | None) -> dict[str, Any]:
+def responses_body(gen: Generation, *, model: str, request_digest: str, tools: list | None,
+                   routes_format: str = "lists") -> dict[str, Any]:
     """The Gym Responses body for `gen`: token fields on the last output item."""
     output = [dict(item) for item in gen.parsed.items]
     if not output:  # cannot happen for a valid step; keep the evidence somewhere visible
@@ -302,7 +317,7 @@ def responses_body(gen: Generation, *, model: str, request_digest: str, tools: l
     last["generation_token_ids"] = list(gen.sampled_ids)
     if gen.logprobs is not None:
         last["generation_log_probs"] = list(gen.logprobs)
-    last["routed_experts"] = _routes(gen)
+    last["routed_experts"] = _routes(gen, routes_format)
     incomplete = gen.finish_reason == "length"
     return {
         "id": f"resp_{request_digest[:24]}",
@@ -321,4 +336,5 @@ def responses_body(gen: Generation, *, model: str, request_digest: str, tools: l
     }
 
 
-__all__ = ["ArrayJSON", "LogprobsJSON", "chat_completion", "dumps", "int_array_json", "responses_body"]
+__all__ = ["ROUTES_ENVELOPE", "ArrayJSON", "LogprobsJSON", "chat_completion", "dumps", "int_array_json", "responses_body",
+           "routes_envelope"]

@@ -207,6 +207,9 @@ class ServerSettings(_Strict):
     num_experts: StrictInt = Field(default=4, ge=1, le=MAX_EXPERTS)
     top_k: StrictInt = Field(default=2, ge=1, le=MAX_TOP_K)
     return_routed_experts: bool = True
+    #: how answers carry routed experts: vLLM's nested lists, or NeMo-RL's wire envelope
+    #: ``nrlre1:int16:SxLxK:<base64 little-endian>`` (nemo-rl-semantics §1.6; golden spec §5 A decodes it)
+    routed_experts_format: Literal["lists", "nrlre1"] = "lists"
     #: append every request-log entry as one JSON line here (None: in memory only)
     request_log_path: str | None = None
 

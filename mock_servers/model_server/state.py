@@ -161,9 +161,11 @@ class ServerState:
         name = self.settings.model_name
         if isinstance(req, ChatCompletionRequest):
             body = serialize.chat_completion(gen, model=name, request_digest=digest, want_logprobs=req.logprobs,
-                                             as_ids=req.return_tokens_as_token_ids, return_token_ids=req.return_token_ids)
+                                             as_ids=req.return_tokens_as_token_ids, return_token_ids=req.return_token_ids,
+                                             routes_format=self.settings.routed_experts_format)
         else:
-            body = serialize.responses_body(gen, model=name, request_digest=digest, tools=req.tools)  # type: ignore[attr-defined]
+            body = serialize.responses_body(gen, model=name, request_digest=digest, tools=req.tools,  # type: ignore[attr-defined]
+                                            routes_format=self.settings.routed_experts_format)
         payload = serialize.dumps(body)
         if plan.delay_s:
             await asyncio.sleep(plan.delay_s)

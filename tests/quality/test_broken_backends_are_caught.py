@@ -184,6 +184,8 @@ BROKEN = (
     "media_digest_verified_once_per_id",
     "repair_skipped_after_route_less_call",
     "route_less_trace_gets_placeholder",
+    # ...and, from its report, NeMo-RL's nrlre1 route envelope, which no valid payload carried to training before
+    "route_envelope_layer_major",
 )
 #: Backends that train right but report one loss metric wrong: `train.metric` must name `EXPECTED_KEY`.
 MISREPORTING = (
@@ -247,6 +249,18 @@ def test_weights_the_server_refuses_end_the_run_after_the_step_keeping_its_findi
     assert (rec.error.stage, rec.error.step) == ("weights", 0)
     assert rec.error.message == ("the generation server refused the weights after step 0: body: parameter 'patch_pos' holds "
                                  "1 non-finite value(s), the first at [0, 0]: nan; the served weights stay at policy_version 0")
+
+
+def test_an_envelope_header_read_in_the_wrong_order_is_refused_by_the_policy_once_layers_differ_from_top_k():
+    """`routes-nrlre1-three-layers-top2`: the misread [S, 2, 3] rows reach the policy, which refuses them; with the
+    default router (2 layers, top-2) the misread array is the right one, so `routes-nrlre1-envelope` passes."""
+    spec = "tests.quality.route_envelope_dims_misread:Backend"
+    assert record_of("routes-nrlre1-envelope", spec).passed
+    rec = record_of("routes-nrlre1-three-layers-top2", spec)
+    assert (rec.passed, rec.observed) == (False, "error:invalid_argument")
+    [finding] = rec.findings
+    assert finding.check == "verdict.unexpected_error"
+    assert "routes has shape (1, 286, 2, 3); expected (1, 286, 3, 2) (B, S, L, K)" in finding.message
 
 
 def test_images_handed_back_by_the_first_rows_count_stop_the_step_that_shows_uneven_counts():
