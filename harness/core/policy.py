@@ -31,7 +31,7 @@ import math
 import os
 import sys
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +49,10 @@ from compactsim.harness.core.positions import sinusoid
 from compactsim.harness.core.seeds import check_seed, torch_generator
 
 _FORMAT = "compactsim-tiny-policy/1"
+#: Bounds on a policy shape, checked before anything is allocated: pushed weights carry their own config, and a
+#: 10 KB payload could otherwise ask for hundreds of GB (`n_layers=10**6`).
+MAX_DIMENSION = 1 << 16
+MAX_PARAMETERS = 50_000_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,7 +70,13 @@ class PolicyConfig:
     image_grid: int = 2  # patches per side; image_grid**2 placeholder tokens per image
 
     def check(self) -> PolicyConfig:
-        problems = []
+        problems = [f"{f.name}={getattr(self, f.name)!r}: expected an int in [1, {MAX_DIMENSION}]"
+                    for f in fields(self) if type(getattr(self, f.name)) is not int
+                    or not 1 <= getattr(self, f.name) <= MAX_DIMENSION]
+        if problems:  # the rules below divide and multiply by these
+            raise ConfigError("invalid_config", "PolicyConfig is invalid", violations=tuple(problems))
+        if self.parameter_count() > MAX_PARAMETERS:
+            problems.append(f"{self.parameter_count()} parameters; the limit is {MAX_PARAMETERS}")
         if self.d_model % self.n_heads:
             problems.append(f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}")
         if not 1 <= self.top_k <= self.n_experts:
@@ -80,6 +90,27 @@ class PolicyConfig:
         if problems:
             raise ConfigError("invalid_config", "PolicyConfig is invalid", violations=tuple(problems))
         return self
+
+    def parameter_count(self) -> int:
+        """The parameters a policy of this shape holds, within a few norms' worth (counted before allocating any)."""
+        d, patch = self.d_model, 3 * (self.image_size // max(self.image_grid, 1)) ** 2
+        per_layer = 4 * d * d + 4 * d + d * self.n_experts + self.n_experts * (2 * d * self.d_expert + self.d_expert + d)
+        return 2 * self.vocab_size * d + self.n_layers * (per_layer + 4 * d) + (patch + 1) * d + self.image_grid**2 * d
+
+
+def _config_of(value: object) -> PolicyConfig:
+    """The `PolicyConfig` a weights payload declares, every key known and every value checked (`ConfigError`)."""
+    if not isinstance(value, dict):
+        raise ConfigError("invalid_argument", f"weights payload has no 'config' mapping (found {type(value).__name__})")
+    known = {f.name for f in fields(PolicyConfig)}
+    unknown = sorted(str(k) for k in value if k not in known)
+    if unknown:
+        raise ConfigError("invalid_argument", f"weights config has unknown key(s) {unknown[:5]}")
+    config = PolicyConfig(**value)
+    try:
+        return config.check()
+    except ConfigError as exc:
+        raise ConfigError("invalid_argument", f"weights config is invalid: {'; '.join(exc.violations)}") from None
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -251,19 +282,32 @@ class TinyPolicy(nn.Module):
         return buf.getvalue()
 
     @classmethod
-    def load_bytes(cls, data: bytes, *, dtype: torch.dtype | None = None, device: str | torch.device = "cpu") -> TinyPolicy:
-        """Inverse of `to_bytes`. Uses `torch.load(weights_only=True)`: no arbitrary unpickling."""
+    def load_bytes(cls, data: bytes, *, dtype: torch.dtype | None = None, device: str | torch.device = "cpu",
+                   expect: PolicyConfig | None = None) -> TinyPolicy:
+        """Inverse of `to_bytes`. Uses `torch.load(weights_only=True)`: no arbitrary unpickling.
+
+        The payload's config and tensors are checked before the model is built (`ConfigError` naming the part):
+        a config of bounded ints (`PolicyConfig.check`), equal to `expect` when given (a server takes weights for
+        its own policy's shape, never a new architecture), and real floating-point tensors by name.
+        """
         try:
             obj = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
         except Exception as exc:  # torch raises several unrelated types for bad payloads
             raise ConfigError("invalid_argument", f"weights payload does not load: {type(exc).__name__}: {exc}") from None
         if not isinstance(obj, dict) or obj.get("format") != _FORMAT:
             raise ConfigError("invalid_argument", f"weights payload is not {_FORMAT!r}")
-        try:
-            config = PolicyConfig(**obj["config"])
-        except TypeError as exc:
-            raise ConfigError("invalid_argument", f"weights config is invalid: {exc}") from None
-        sd: dict[str, torch.Tensor] = obj["state_dict"]
+        config = _config_of(obj.get("config"))
+        if expect is not None and config != expect:
+            differ = [f"{f.name} {getattr(config, f.name)} (this policy: {getattr(expect, f.name)})"
+                      for f in fields(config) if getattr(config, f.name) != getattr(expect, f.name)]
+            raise ConfigError("invalid_argument", f"weights config is for another policy shape: {'; '.join(differ)}")
+        sd = obj.get("state_dict")
+        if not isinstance(sd, dict) or not all(isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in sd.items()):
+            raise ConfigError("invalid_argument", "weights 'state_dict' must map parameter names to tensors")
+        not_real = sorted(k for k, v in sd.items() if not v.is_floating_point())  # ints, bools and complex numbers
+        if not_real:
+            raise ConfigError("invalid_argument", f"weights 'state_dict' entry {not_real[0]!r} is {sd[not_real[0]].dtype}; "
+                                                  "parameters are real floating-point tensors")
         model = cls(config)
         src_dtype = next(iter(sd.values())).dtype if sd else torch.float32
         model.to(dtype=src_dtype)

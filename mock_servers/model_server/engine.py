@@ -317,12 +317,17 @@ class Engine:
 
         return {"float32": torch.float32, "float64": torch.float64}[self.settings.policy.dtype]
 
-    def _seeded_policy(self, seed: int):
-        from compactsim.harness.core.policy import PolicyConfig, TinyPolicy
+    def _policy_config(self):
+        """The shape this server's policy has, from its settings; pushed weights must have it too."""
+        from compactsim.harness.core.policy import PolicyConfig
 
         s = self.settings
-        cfg = PolicyConfig(n_layers=s.num_layers, n_experts=s.num_experts, top_k=s.top_k)
-        return TinyPolicy.from_seed(seed, cfg, dtype=self._torch_dtype(), device=s.policy.device)
+        return PolicyConfig(n_layers=s.num_layers, n_experts=s.num_experts, top_k=s.top_k)
+
+    def _seeded_policy(self, seed: int):
+        from compactsim.harness.core.policy import TinyPolicy
+
+        return TinyPolicy.from_seed(seed, self._policy_config(), dtype=self._torch_dtype(), device=self.settings.policy.device)
 
     def _install(self, policy, *, bump: bool) -> int:
         digest = bytes_digest(policy.to_bytes())
@@ -338,7 +343,8 @@ class Engine:
         from compactsim.harness.core.policy import TinyPolicy
 
         try:
-            policy = TinyPolicy.load_bytes(data, dtype=self._torch_dtype(), device=self.settings.policy.device)
+            policy = TinyPolicy.load_bytes(data, dtype=self._torch_dtype(), device=self.settings.policy.device,
+                                           expect=self._policy_config())
         except ConfigError as exc:
             raise RequestRejected(422, f"body: {exc.detail}") from None
         problem = _non_finite_parameter(policy)

@@ -48,7 +48,8 @@ async def load_weights(request: Request, state: Annotated[ServerState, Depends(g
     """Body: `TinyPolicy.to_bytes()` (application/octet-stream) or JSON `{"seed": N}`; bumps `policy_version`."""
     raw = await request.body()
     try:
-        if request.headers.get("content-type", "").startswith("application/json"):
+        media_type = request.headers.get("content-type", "").partition(";")[0].strip().lower()  # case-insensitive
+        if media_type == "application/json":
             try:
                 seed = SeedWeightsRequest.model_validate_json(raw).seed
             except ValidationError as exc:

@@ -155,6 +155,59 @@ def test_load_bytes_rejects_a_payload_that_is_not_policy_weights():
     assert "weights payload does not load" in str(err.value)
 
 
+def _payload(model: TinyPolicy, **edits) -> bytes:
+    """`model`'s weights payload with top-level parts replaced (`config=`, `state_dict=`) or dropped (`None`)."""
+    import io
+    from dataclasses import asdict
+
+    obj = {"format": "compactsim-tiny-policy/1", "config": asdict(model.config), "state_dict": model.state_dict()}
+    for key, value in edits.items():
+        if value is None:
+            obj.pop(key)
+        else:
+            obj[key] = value(obj[key]) if callable(value) else value
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    return buf.getvalue()
+
+
+def _config(**changes):
+    return lambda config: {**config, **changes}
+
+
+@pytest.mark.parametrize(("edits", "says"), [
+    ({"config": None}, "weights payload has no 'config' mapping (found NoneType)"),
+    ({"state_dict": None}, "weights 'state_dict' must map parameter names to tensors"),
+    ({"state_dict": [1]}, "weights 'state_dict' must map parameter names to tensors"),
+    ({"state_dict": {"tok_emb.weight": [1.0]}}, "weights 'state_dict' must map parameter names to tensors"),
+    ({"config": _config(n_heads=0)}, "n_heads=0: expected an int in [1, 65536]"),
+    ({"config": _config(d_model="64")}, "d_model='64': expected an int in [1, 65536]"),
+    ({"config": _config(n_layers=2.5)}, "n_layers=2.5: expected an int in [1, 65536]"),
+    ({"config": _config(top_k=True)}, "top_k=True: expected an int in [1, 65536]"),
+    ({"config": _config(d_model=-4)}, "d_model=-4: expected an int in [1, 65536]"),
+    ({"config": _config(vocab_size=2**40)}, "vocab_size=1099511627776: expected an int in [1, 65536]"),
+    ({"config": _config(n_layers=60_000)}, "parameters; the limit is 50000000"),  # ~300 GB before: now refused unbuilt
+    ({"config": _config(heads=4)}, "weights config has unknown key(s) ['heads']"),
+    ({"state_dict": lambda sd: {**sd, "tok_emb.weight": sd["tok_emb.weight"].long()}},
+     "entry 'tok_emb.weight' is torch.int64; parameters are real floating-point tensors"),
+    ({"state_dict": lambda sd: {**sd, "patch_pos": sd["patch_pos"].to(torch.complex128)}},
+     "entry 'patch_pos' is torch.complex128"),
+])
+def test_crafted_weights_are_refused_before_a_model_is_built_naming_the_part(model, edits, says):
+    with pytest.raises(ConfigError) as err:
+        TinyPolicy.load_bytes(_payload(model, **edits))
+    assert err.value.code == "invalid_argument"
+    assert says in str(err.value)
+
+
+def test_weights_for_another_policy_shape_are_refused_when_a_shape_is_expected(model):
+    other = TinyPolicy(PolicyConfig(n_layers=1, vocab_size=400))
+    with pytest.raises(ConfigError, match=r"another policy shape: vocab_size 400 \(this policy: 288\); n_layers 1 "
+                                          r"\(this policy: 2\)"):
+        TinyPolicy.load_bytes(other.to_bytes(), expect=model.config)
+    assert TinyPolicy.load_bytes(model.to_bytes(), expect=PolicyConfig()).config == model.config
+
+
 def test_invalid_config_lists_every_violation():
     with pytest.raises(ConfigError) as err:
         PolicyConfig(d_model=66, n_heads=4, top_k=5, n_experts=4).check()

@@ -97,6 +97,13 @@ def test_loading_weights_bumps_policy_version_and_changes_logprobs(policy_settin
     assert again["output"][-1]["generation_log_probs"] == before["output"][-1]["generation_log_probs"]
 
 
+def test_a_seed_is_read_whatever_the_case_and_parameters_of_its_media_type(policy_settings):
+    with client_for(policy_settings) as c:
+        versions = [c.post("/weights", content=b'{"seed": 3}', headers={"content-type": t}).json()["policy_version"]
+                    for t in ("Application/JSON", "application/json; charset=utf-8", " APPLICATION/json ")]
+    assert versions == [1, 2, 3]
+
+
 def test_weights_that_are_not_a_policy_checkpoint_get_422(policy_settings):
     with client_for(policy_settings) as c:
         r = c.post("/weights", content=b"\x80\x02garbage", headers={"content-type": "application/octet-stream"})
@@ -108,6 +115,23 @@ def test_weights_that_are_not_a_policy_checkpoint_get_422(policy_settings):
     assert bad_seed.status_code == 422
     assert bad_seed.json()["detail"][0]["loc"] == ["body", "seed"]
     assert typo_seeds == [422, 422, 422]  # true, "1" and 1.0 are not seeds (they used to load seed 1)
+    assert version == 0
+
+
+def test_weights_for_another_policy_shape_get_422_and_the_served_weights_stay(policy_settings):
+    """A push carries its own config: a wider vocabulary made every later top-logprobs answer a 500, a 64-layer
+    256-expert router made each answer a 12 MB amplifier. The server takes weights of its own shape only."""
+    from compactsim.harness.core.policy import PolicyConfig
+
+    wider = TinyPolicy.from_seed(3, PolicyConfig(vocab_size=400), dtype=torch.float64)
+    huge_router = TinyPolicy(PolicyConfig(d_model=4, n_heads=1, d_expert=1, n_layers=64, n_experts=256, top_k=256))
+    with client_for(policy_settings) as c:
+        answers = [c.post("/weights", content=m.to_bytes(), headers={"content-type": "application/octet-stream"})
+                   for m in (wider, huge_router)]
+        version = c.get("/weights").json()["policy_version"]
+    assert [a.status_code for a in answers] == [422, 422]
+    assert answers[0].json()["detail"] == "body: weights config is for another policy shape: vocab_size 400 (this policy: 288)"
+    assert answers[1].json()["detail"].startswith("body: weights config is for another policy shape: d_model 4 (this policy: 64)")
     assert version == 0
 
 
