@@ -226,7 +226,7 @@ def _check_trainer(source: str, trainer: Mapping[str, Any]) -> None:
         value: Any = config
         for key in path:
             value = value[key]
-        stated = trainer[field]
+        stated = trainer[field]  # present: the expectation schema requires every restated field
         if stated != value or isinstance(stated, bool) != isinstance(value, bool):
             raise bad(f"trainer/{field}", f"{stated!r}, but trainer.config.{'.'.join(path)} is {value!r}")
 

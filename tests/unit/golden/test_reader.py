@@ -234,6 +234,9 @@ FORGED: dict[str, tuple[str, Edit, int | None, str, str]] = {
                           None, "steps/0/rollouts/0/physical_traces/1/turn_ids/1", "is not of type 'integer'"),
     "expect_extra_field": (EXPECTATION, _set("verdict_v2", value=1), None, "<root>", "Additional properties"),
     "expect_missing_steps": (EXPECTATION, lambda d: d.pop("steps"), None, "<root>", "'steps' is a required property"),
+    # a restated trainer field left out (fuzzed: a KeyError traceback and exit 1, "findings")
+    "expect_missing_restated": (EXPECTATION, lambda d: d["trainer"].pop("make_sequence_length_divisible_by"), None,
+                                "trainer", "'make_sequence_length_divisible_by' is a required property"),
     "scenario_seed": (SCENARIO, _set("seed", value=-1), None, "seed", "-1 is less than the minimum of 0"),
     "scenario_tag": (SCENARIO, _set("tags", 0, value=1), None, "tags/0", "1 is not of type 'string'"),
 }
