@@ -22,15 +22,16 @@ Every byte is a function of the scenarios, the seed and the code: two exports ar
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from compactsim.harness.audit.checks import Tolerances
 from compactsim.harness.core import metrics as M
 from compactsim.harness.core.errors import ConfigError
-from compactsim.harness.core.expectations import ScenarioExpectation
+from compactsim.harness.core.expectations import ExpectedStep, ScenarioExpectation
 from compactsim.harness.pipeline.loss import METRIC_KEYS as LOSS_METRIC_KEYS
 from compactsim.harness.golden.codec import (
     PayloadGroup,
@@ -90,6 +91,27 @@ class ExportResult:
 #: Every clipped-PG loss metric (the loss's own key list, so a new one is marked too) but the count
 #: of valid samples, plus the gradient norm.
 POLICY_METRICS: frozenset[str] = (frozenset(LOSS_METRIC_KEYS) - {"num_valid_samples"}) | {M.GRAD_NORM}
+
+
+#: Counts over a training step's rows that NeMo-RL's loss reports (nemo-rl-semantics §4.6) and that need no policy:
+#: `compactsim run` audits a backend's values against the oracle's step (`train.metric`); the goldens hold them with
+#: the batch metrics (golden spec §14), so `verify` holds a metrics dump to them too.
+ROW_COUNT_METRICS: tuple[str, ...] = (M.GLOBAL_VALID_TOKENS, M.GLOBAL_VALID_SEQS, "num_valid_samples")
+
+
+def row_count_metrics(step: ExpectedStep) -> dict[str, float]:
+    """`ROW_COUNT_METRICS` of a training step: trained positions weighted by `sample_mask`, and Σ `sample_mask`
+    over the real rows (padding rows hold neither)."""
+    seqs = math.fsum(float(r.sample_mask) for r in step.rows)
+    tokens = math.fsum(float(r.sample_mask) * len(r.trainable_positions) for r in step.rows)
+    return dict(zip(ROW_COUNT_METRICS, (tokens, seqs, seqs), strict=True))
+
+
+def with_row_count_metrics(expectation: ScenarioExpectation) -> ScenarioExpectation:
+    """The expectation with `row_count_metrics` added to every step that trains."""
+    return replace(expectation, steps=tuple(
+        replace(s, exact_metrics={**s.exact_metrics, **row_count_metrics(s)})
+        if s.error is None and s.batch_error is None else s for s in expectation.steps))
 
 
 def policy_metrics(expectation: ScenarioExpectation) -> list[str]:
@@ -166,7 +188,7 @@ def scenario_golden(
     from compactsim.harness.oracle.expect import expect_scenario
 
     logs = [[c["ground_truth"] for c in step] for step in collected_by_step]
-    expectation = expect_scenario(scenario, logs)
+    expectation = with_row_count_metrics(expect_scenario(scenario, logs))
     if expectation.verdict == "success" and len(expectation.steps) < scenario.steps:
         raise ConfigError("invalid_argument", f"scenario {scenario.name!r}: only {len(expectation.steps)} of "
                           f"{scenario.steps} steps were collected (the reference run stopped early); "

@@ -36,6 +36,7 @@ def backend_dump(golden: Golden, *, backend: str = DEFAULT_BACKEND) -> BackendDu
     after `materialize`.
     """
     from compactsim.harness.pipeline.backend import load_backend
+    from compactsim.harness.pipeline.loss import valid_counts
     from compactsim.scenarios.model import Scenario
 
     impl = load_backend(backend)
@@ -56,8 +57,11 @@ def backend_dump(golden: Golden, *, backend: str = DEFAULT_BACKEND) -> BackendDu
                 rows.append({"scenario": scenario.name, "step": step.step, "error": error})
                 break
             rows += batch_dump_lines(batch, scenario=scenario.name, step=step.step)
-            # the batch declares its optimizer steps (one per logical batch); nothing here trains
-            counts = {M.OPTIMIZER_STEPS: batch.optimizer_steps}
+            # the batch declares its optimizer steps (one per logical batch); nothing here trains, so the loss's
+            # counts over the rows are taken as NeMo-RL's data layer takes them
+            valid = valid_counts(batch.row_token_mask, batch.row_sample_mask)
+            counts = {M.OPTIMIZER_STEPS: batch.optimizer_steps, M.GLOBAL_VALID_TOKENS: valid.tokens,
+                      M.GLOBAL_VALID_SEQS: valid.seqs, "num_valid_samples": valid.seqs}
             metrics.append(metrics_line(scenario.name, step.step, {**batch.metrics(), **counts}))
     return BackendDump(rows=tuple(rows), metrics=tuple(metrics))
 

@@ -157,6 +157,20 @@ def test_reference_pipeline_dump_verifies_clean(exported, reference):
     ]
 
 
+def test_the_losss_counts_over_the_rows_are_held_to_the_goldens_too(exported, reference):
+    """`global_valid_toks` counting the masked rollout's tokens (or padding) passed `verify` while only batch metrics were
+    golden; the counts need no policy, so the goldens hold them (golden spec §14)."""
+    rows, metrics = reference
+    bad = copy.deepcopy(metrics)
+    line = next(m for m in bad if m["scenario"] == "mask-sample-rollouts")
+    right = line["metrics"]["global_valid_toks"]
+    line["metrics"]["global_valid_toks"] = right + 229  # the flagged rollout's trained tokens counted
+    report = verify(exported, rows, bad)
+    assert [(f.scenario, f.check, f.expected, f.actual) for f in report.findings] == [
+        ("mask-sample-rollouts", "metric.exact", right, right + 229)]
+    assert line["metrics"]["global_valid_seqs"] == line["metrics"]["num_valid_samples"] == 6.0  # 9 rows, 3 masked
+
+
 def _corrupt(rows: list[dict[str, Any]], how: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """`rows` with one corruption in row ROW of SCENARIO, and that row as it was."""
     out = copy.deepcopy(rows)

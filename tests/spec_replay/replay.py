@@ -949,6 +949,9 @@ def batch_metrics(ordered: Sequence[Rollout], advantage: Sequence[float], rows: 
         "advantages/max": max((a for a, _ in trained), default=0.0),
         "num_mask_sample_filtered": sum(1 for r in ordered if r.mask_sample),
         "total_num_tokens": sum(len(row["input_ids"]) for row in rows),
+        "global_valid_toks": sum(row["sample_mask"] * sum(b - a for a, b in row["mask_spans"]) for row in rows),
+        "global_valid_seqs": sum(row["sample_mask"] for row in rows),
+        "num_valid_samples": sum(row["sample_mask"] for row in rows),
     }
 
 
