@@ -10,16 +10,41 @@ from compactsim.mock_servers.reward_server.settings import RewardSettings
 _CONTRACT_KEYS = ("context_compaction_contract", "rollout_trace_contract")
 
 
+class IdentityError(ValueError):
+    """A rollout identity in the response's contract the reward cannot be chosen by; `loc` is its place in the body."""
+
+    def __init__(self, loc: tuple[str, ...], msg: str) -> None:
+        super().__init__(msg)
+        self.loc, self.msg = loc, msg
+
+
 def rollout_identity(response: Mapping[str, Any], *, rollout_id: str | None, rollout_index: int | None) -> tuple[str | None, int | None]:
-    """Explicit request fields first, then the response's contract (either key)."""
+    """Explicit request fields first, then the response's contract (either key).
+
+    Raises `IdentityError` for a contract `rollout_id` that is not a string, a `rollout_index` that is not an int
+    >= 0 (a -1 would pick the pattern's last reward), or two contracts that disagree: each would choose a reward
+    for a rollout the body does not name.
+    """
+    seen: dict[str, tuple[str, Any]] = {}
     for key in _CONTRACT_KEYS:
         contract = response.get(key)
-        if isinstance(contract, Mapping):
-            if rollout_id is None and isinstance(contract.get("rollout_id"), str):
-                rollout_id = contract["rollout_id"]
-            index = contract.get("rollout_index")
-            if rollout_index is None and isinstance(index, int) and not isinstance(index, bool):
-                rollout_index = index
+        if not isinstance(contract, Mapping):
+            continue
+        for field, ok, want in (("rollout_id", lambda v: isinstance(v, str), "a string"),
+                                ("rollout_index", lambda v: type(v) is int and v >= 0, "an integer >= 0")):
+            value = contract.get(field)
+            if value is None:
+                continue
+            if not ok(value):
+                raise IdentityError(("response", key, field), f"expected {want}, found {value!r}")
+            if field in seen and seen[field][1] != value:
+                raise IdentityError(("response", key, field), f"{value!r} disagrees with {seen[field][0]}.{field} "
+                                                              f"{seen[field][1]!r}")
+            seen[field] = (key, value)
+    if rollout_id is None and "rollout_id" in seen:
+        rollout_id = seen["rollout_id"][1]
+    if rollout_index is None and "rollout_index" in seen:
+        rollout_index = seen["rollout_index"][1]
     return rollout_id, rollout_index
 
 
@@ -57,4 +82,4 @@ def mask_sample(settings: RewardSettings, *, rollout_id: str | None, rollout_ind
     )
 
 
-__all__ = ["choose_reward", "final_answer", "mask_sample", "rollout_identity"]
+__all__ = ["IdentityError", "choose_reward", "final_answer", "mask_sample", "rollout_identity"]

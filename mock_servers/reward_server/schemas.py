@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
 
 
 class VerifyRequest(BaseModel):
@@ -14,8 +14,8 @@ class VerifyRequest(BaseModel):
 
     responses_create_params: dict[str, Any] = Field(default_factory=dict)
     response: dict[str, Any]
-    rollout_id: str | None = None
-    rollout_index: int | None = Field(default=None, ge=0)
+    rollout_id: StrictStr | None = None
+    rollout_index: StrictInt | None = Field(default=None, ge=0)  # strict: true, "2" and 2.0 are no index
 
 
 class InstanceConfig(BaseModel):

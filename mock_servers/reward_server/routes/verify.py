@@ -10,7 +10,13 @@ from pydantic import ValidationError
 from starlette.responses import Response
 
 from compactsim.mock_servers.limits import JsonLimits, LimitExceeded, load_json, run_off_loop
-from compactsim.mock_servers.reward_server.rewards import choose_reward, final_answer, mask_sample, rollout_identity
+from compactsim.mock_servers.reward_server.rewards import (
+    IdentityError,
+    choose_reward,
+    final_answer,
+    mask_sample,
+    rollout_identity,
+)
 from compactsim.mock_servers.reward_server.routes.deps import get_settings
 from compactsim.mock_servers.reward_server.schemas import InstanceConfig, VerifyRequest, VerifyResponse
 from compactsim.mock_servers.reward_server.settings import RewardSettings
@@ -35,7 +41,11 @@ def answer(settings: RewardSettings, raw: bytes) -> Response:
         return JSONResponse({"detail": [{"type": "list_type", "loc": ["body", "response", "output"],
                                          "msg": f"Input should be a valid list, found {type(output).__name__}"}]},
                             status_code=422)
-    rid, index = rollout_identity(body.response, rollout_id=body.rollout_id, rollout_index=body.rollout_index)
+    try:
+        rid, index = rollout_identity(body.response, rollout_id=body.rollout_id, rollout_index=body.rollout_index)
+    except IdentityError as exc:
+        return JSONResponse({"detail": [{"type": "value_error", "loc": ["body", *exc.loc], "msg": exc.msg}]},
+                            status_code=422)
     reward = choose_reward(settings, rollout_id=rid, rollout_index=index, answer=final_answer(body.response))
     result = VerifyResponse(
         reward=reward,

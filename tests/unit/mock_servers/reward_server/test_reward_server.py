@@ -60,6 +60,38 @@ def test_rollout_id_override_and_mask_sample_flags():
     assert [b["instance_config"]["mask_sample"] for b in bodies] == [True, False, True]
 
 
+def _contract(**fields) -> dict:
+    return {**_response(), "context_compaction_contract": fields}
+
+
+@pytest.mark.parametrize(("body", "loc", "msg"), [
+    # the contract's identity: a -1 used to pick the pattern's last reward, a "2" was silently no index
+    ({"response": _contract(rollout_id="r", rollout_index=-1)},
+     ["body", "response", "context_compaction_contract", "rollout_index"], "expected an integer >= 0, found -1"),
+    ({"response": _contract(rollout_id="r", rollout_index="2")},
+     ["body", "response", "context_compaction_contract", "rollout_index"], "expected an integer >= 0, found '2'"),
+    ({"response": _contract(rollout_id="r", rollout_index=True)},
+     ["body", "response", "context_compaction_contract", "rollout_index"], "expected an integer >= 0, found True"),
+    ({"response": _contract(rollout_id=7)},
+     ["body", "response", "context_compaction_contract", "rollout_id"], "expected a string, found 7"),
+    ({"response": {**_contract(rollout_id="r", rollout_index=0), "rollout_trace_contract": {"rollout_index": 1}}},
+     ["body", "response", "rollout_trace_contract", "rollout_index"],
+     "1 disagrees with context_compaction_contract.rollout_index 0"),
+    # the explicit fields are strict too: true, "2" and 2.0 used to be the index 1, 2 and 2
+    ({"response": _response(), "rollout_index": True}, ["body", "rollout_index"], "Input should be a valid integer"),
+    ({"response": _response(), "rollout_index": "2"}, ["body", "rollout_index"], "Input should be a valid integer"),
+    ({"response": _response(), "rollout_index": 2.0}, ["body", "rollout_index"], "Input should be a valid integer"),
+    ({"response": _response(), "rollout_id": 3}, ["body", "rollout_id"], "Input should be a valid string"),
+])
+def test_a_rollout_identity_the_reward_cannot_be_chosen_by_is_a_422_naming_it(body, loc, msg):
+    settings = RewardSettings(rule=RewardRule(kind="pattern", pattern=(0.0, 1.0, 0.5)))
+    with TestClient(create_app(settings)) as client:
+        resp = client.post("/verify", json=body)
+    assert resp.status_code == 422, resp.text
+    [error] = resp.json()["detail"]
+    assert (error["loc"], msg in error["msg"]) == (loc, True), error
+
+
 def test_missing_response_is_a_422_naming_the_field():
     with TestClient(create_app()) as client:
         resp = client.post("/verify", json={"reward": 1})
