@@ -38,6 +38,7 @@ from compactsim.harness.commands.common import (
     use_cwd_imports,
 )
 from compactsim.harness.commands.selection import select_scenarios
+from compactsim.harness.core.contract import INT32_LIMIT
 from compactsim.harness.core.errors import CompactsimError, ConfigError
 from compactsim.harness.core.json_input import limits_help, load_json
 from compactsim.harness.local_pool import default_workers
@@ -257,7 +258,8 @@ def run_command(
 def replay_command(
     target: Annotated[Path, typer.Argument(help="a scenario run directory, a run output directory, or a Gym payload file")],
     backend: Annotated[str | None, typer.Option(help="payload files: backend as module:attr")] = None,
-    group_size: Annotated[int | None, typer.Option(min=1, help="payload files: rollouts per group (default: inferred)")] = None,
+    group_size: Annotated[int | None, typer.Option(min=1, max=INT32_LIMIT - 1,
+                                                   help="payload files: rollouts per group (default: inferred)")] = None,
     json_output: Annotated[bool, typer.Option("--json", help="print the result as JSON")] = False,
 ) -> None:
     """Re-run a saved failure (same findings?) or push a captured payload through plan → materialize → audit."""

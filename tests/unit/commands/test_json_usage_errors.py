@@ -42,8 +42,11 @@ CASES: dict[str, tuple[list[str], str | None, object, tuple | None, str]] = {
                               (1, MAX_DP_SIZE, f"1<=x<={MAX_DP_SIZE}"), "Invalid value for '--dp-size'"),
     "export --seed": (["export", "no-compaction", "--out", "OUT", "--json", "--seed", str(MAX_SEED + 1)], "--seed",
                       str(MAX_SEED + 1), SEED_RANGE, "Invalid value for '--seed'"),
-    "replay --group-size": (["replay", "FILE", "--json", "--group-size", "0"], "--group-size", "0", (1, None, "x>=1"),
-                            "Invalid value for '--group-size'"),
+    "replay --group-size": (["replay", "FILE", "--json", "--group-size", "0"], "--group-size", "0",
+                            (1, 2**31 - 1, "1<=x<=2147483647"), "Invalid value for '--group-size'"),
+    # past int32 it used to reach the trainer config, whose error named grpo.num_generations_per_prompt, not the option
+    "replay --group-size huge": (["replay", "FILE", "--json", "--group-size", str(2**63 - 1)], "--group-size",
+                                 str(2**63 - 1), (1, 2**31 - 1, "1<=x<=2147483647"), "Invalid value for '--group-size'"),
     "shrink --max-examples": (["shrink", "no-compaction", "--out", "OUT", "--json", "--max-examples", "0"],
                               "--max-examples", "0", (1, None, "x>=1"), "Invalid value for '--max-examples'"),
     "plan unknown option": (["plan", "--json", "--bogus", "FILE"], "--bogus", None, None, "No such option: --bogus"),
