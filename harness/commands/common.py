@@ -6,6 +6,7 @@ import json
 import os
 import sys
 from enum import IntEnum
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -73,6 +74,20 @@ err_console = _console(stderr=True)
 def load_results(path: Path) -> list[Any]:
     """A file holding one result object, a JSON list of results, or JSON lines (limits: `compactsim.harness.core.json_input`)."""
     return load_json_documents(path, what="Gym result file")
+
+
+def located_results(files: list[Path]) -> Iterator[tuple[Any, Callable[[ContractError], ContractError]]]:
+    """Each result of `files` in order, with a function that puts its place ("FILE: result k of n") into an error
+    raised for it that names no rollout, so a bad line of a long JSONL file (a list, no `response`) can be found."""
+    for path in files:
+        results = load_results(path)
+        for k, result in enumerate(results):
+            def locate(exc: ContractError, where: str = f"{path}: result {k + 1} of {len(results)}") -> ContractError:
+                if exc.rollout_id is not None:
+                    return exc
+                return ContractError(exc.code, turn_id=exc.turn_id, detail=f"{where}: {exc.detail}")
+
+            yield result, locate
 
 
 def print_json(value: Any) -> None:

@@ -16,12 +16,12 @@ from compactsim.harness.commands.common import (
     MAX_SEQ_DIVISIBLE_BY,
     ExitCode,
     console,
-    load_results,
+    located_results,
     print_json,
     report_error,
 )
 from compactsim.harness.core.contract import INT32_LIMIT
-from compactsim.harness.core.errors import CompactsimError, ConfigError
+from compactsim.harness.core.errors import CompactsimError, ConfigError, ContractError
 from compactsim.harness.core.json_input import limits_help
 
 if TYPE_CHECKING:  # torch and the pipeline load only when the command runs (fast `compactsim --help`)
@@ -75,12 +75,14 @@ def _plans(files: list[Path], missing_reward: float) -> list[TracePlan]:
     from compactsim.harness.pipeline.planner import plan_rollout
 
     plans: list[TracePlan] = []
-    for path in files:
-        for result in load_results(path):
+    for result, locate in located_results(files):
+        try:
             evidence = normalize_result(result)
             if evidence.reward is None:  # a bare response carries no reward; inspection still works
                 evidence = replace(evidence, reward=missing_reward)
             plans.append(plan_rollout(evidence))
+        except ContractError as exc:
+            raise locate(exc) from None
     return plans
 
 

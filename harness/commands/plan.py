@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.table import Table
 
-from compactsim.harness.commands.common import ExitCode, console, load_results, print_json, report_error
-from compactsim.harness.core.errors import CompactsimError
+from compactsim.harness.commands.common import ExitCode, console, located_results, print_json, report_error
+from compactsim.harness.core.errors import CompactsimError, ContractError
 from compactsim.harness.core.json_input import limits_help
 
 if TYPE_CHECKING:  # the pipeline (and torch) load only when the command runs, so `compactsim --help` stays fast
@@ -49,7 +49,12 @@ def plan_command(
     from compactsim.harness.pipeline.planner import plan_rollout
 
     try:
-        plans = [plan_rollout(r, strict=not no_strict) for f in files for r in load_results(f)]
+        plans = []
+        for result, locate in located_results(files):
+            try:
+                plans.append(plan_rollout(result, strict=not no_strict))
+            except ContractError as exc:
+                raise locate(exc) from None
     except CompactsimError as exc:
         raise typer.Exit(report_error(exc, as_json=json_output)) from None
     if json_output:

@@ -106,3 +106,17 @@ def test_missing_file_is_a_usage_error(tmp_path: Path):
     result = runner.invoke(app, ["plan", "--json", str(tmp_path / "nope.json")])
     assert result.exit_code == 2
     assert json.loads(result.stdout)["error_code"] == "invalid_argument"
+
+
+@pytest.mark.parametrize("command", ["plan", "materialize"])
+def test_a_result_that_names_no_rollout_is_placed_by_file_and_position(tmp_path: Path, command: str):
+    """A JSONL line holding a list (or a result without a response) named neither file nor line: in a long file of
+    several, nothing said where to look."""
+    good = json.dumps(json.loads(EXAMPLE.read_text()))
+    path = tmp_path / "results.jsonl"
+    path.write_text(f"{good}\n[1]\n{good}\n")
+    result = runner.invoke(app, [command, "--json", str(path)])
+    assert result.exit_code == 2, result.output
+    body = json.loads(result.stdout)
+    assert (body["error_code"], body["rollout_id"]) == ("malformed_payload", None)
+    assert f"{path}: result 2 of 3: a result must be a JSON object, got list" in body["message"]
