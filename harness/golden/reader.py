@@ -176,6 +176,19 @@ def _check_consistent(source: str, document: Mapping[str, Any], rows: Mapping[in
         if len(set(real)) != len(real):
             twice = sorted({t for t in real if real.count(t) > 1})
             raise bad(f"steps[{k}].rows", f"its rows file lists physical trace(s) {twice[:3]} more than once")
+        rollouts = [r["rollout_id"] for r in step["rollouts"]]
+        for n, line in enumerate(lines):
+            where = f"steps[{k}].rows line {n + 1}"
+            if line["scenario"] != document["scenario"]:
+                raise bad(where, f"names scenario {line['scenario']!r}, not {document['scenario']!r}")
+            tokens = len(line["input_ids"])
+            short = [f for f in ("generation_logprobs", "advantages") if len(line[f]) != tokens]
+            if short:
+                raise bad(where, f"{short[0]} holds {len(line[short[0]])} values for {tokens} tokens")
+            parent = line["parent_index"]
+            if parent >= 0 and (parent >= len(rollouts) or rollouts[parent] != line["logical_rollout_id"]):
+                raise bad(where, f"parent_index {parent} is not rollout {line['logical_rollout_id']!r}'s place in "
+                                 f"the step's canonical order {rollouts[:8]}")
     last = steps[-1].get("error") if steps else None
     if (document["verdict"] == "error") != (last is not None) or document["error"] != last:
         raise bad("verdict", f"{document['verdict']!r} with error {document['error']} disagrees with the last step's "

@@ -438,3 +438,19 @@ def test_read_golden_refuses_arguments_of_the_wrong_type_before_reading(args, sa
 def test_every_trainer_field_but_the_config_is_checked_against_the_config():
     """A `TrainerSettings` field left out of `RESTATED_CONFIG` would never be compared with `trainer.config`."""
     assert set(RESTATED_CONFIG) == {f.name for f in dataclasses.fields(TrainerSettings)} - {"config"}
+
+
+@pytest.mark.parametrize(("edit", "field", "says"), [
+    (_line(0, _set("scenario", value="another")), "steps[0].rows line 1", "names scenario 'another', not 'toy'"),
+    (_line(1, _set("advantages", value=[])), "steps[0].rows line 2", "advantages holds 0 values for"),
+    (_line(0, lambda r: r["generation_logprobs"].append(0.0)), "steps[0].rows line 1", "generation_logprobs holds"),
+    (_line(2, _set("parent_index", value=77)), "steps[0].rows line 3", "parent_index 77 is not rollout"),
+    (_line(0, _set("parent_index", value=1)), "steps[0].rows line 1", "parent_index 1 is not rollout"),
+])
+def test_a_rows_file_that_disagrees_with_its_own_step_is_refused_after_a_rehash(golden: Path, edit, field, says):
+    """Re-hashed edits that no schema can see used to verify clean: a row of another scenario, a per-token list of
+    another length, a parent index outside the step's rollouts or naming another rollout."""
+    forge(golden, ROWS, edit)
+    error = refusal(golden)
+    assert isinstance(error, InputError) and (error.source, error.field) == (str(golden / EXPECTATION), field), error
+    assert says in error.problem and "the golden files are inconsistent" in error.problem, error.problem
