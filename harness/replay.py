@@ -135,8 +135,8 @@ def diagnose_payload(results: Sequence[Mapping[str, Any]], *, backend_spec: str,
     from compactsim.harness.audit.checks import Reporter, check_padding
     from compactsim.harness.audit.observed import ObservedStep, observed_from_artifact
     from compactsim.harness.core.artifacts import artifact_from_batch
-    from compactsim.harness.pipeline.backend import load_backend, protocol_return
     from compactsim.harness.outputs import stops_the_run
+    from compactsim.harness.pipeline.backend import load_backend, protocol_return
     from compactsim.harness.pipeline.train_config import parse_trainer_config
 
     backend = load_backend(backend_spec)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 import os
 import sys
-from enum import IntEnum
 from collections.abc import Callable, Iterator
+from enum import IntEnum
 from pathlib import Path
 from typing import Any
 
