@@ -3,6 +3,7 @@ json.dumps of plain lists."""
 
 from __future__ import annotations
 
+import base64
 import json
 import math
 from typing import Any
@@ -313,3 +314,21 @@ def test_an_id_equal_to_an_int_but_not_one_is_not_served_the_ints_cached_entry()
         frag = serialize.LogprobsJSON((odd,), (-0.5,), (), True)
         assert frag.fast_bytes is None
         assert serialize.dumps({"c": frag}) == reference_dumps({"c": frag})
+
+
+def test_the_nrlre1_envelope_is_the_header_and_the_little_endian_int16_bytes_token_major():
+    routes = np.array([[[0, 1], [2, 3], [1, 0]], [[3, 2], [0, 1], [-1, -1]]], dtype=np.int64)  # S=2, L=3, K=2
+    text = serialize.routes_envelope(routes)
+    head, _, body = text.rpartition(":")
+    assert head == "nrlre1:int16:2x3x2"
+    assert base64.b64decode(body) == b"".join(int(v).to_bytes(2, "little", signed=True) for v in routes.ravel())
+
+
+@given(hnp.arrays(np.int64, hnp.array_shapes(min_dims=3, max_dims=3, min_side=1, max_side=6),
+                  elements=st.integers(-1, 126)))
+def test_an_envelope_decodes_back_to_its_routes_through_the_planners_decoder(routes: np.ndarray):
+    from compactsim.harness.pipeline import ingest
+
+    violations: list = []
+    decoded = ingest._decode_route_envelope(serialize.routes_envelope(routes), 1, violations)
+    assert violations == [] and np.array_equal(decoded, routes)
