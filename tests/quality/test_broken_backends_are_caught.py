@@ -187,6 +187,11 @@ BROKEN = (
     # ...and, from its report, NeMo-RL's nrlre1 route envelope, which no valid payload carried to training before
     "route_envelope_layer_major",
     "task_images_from_first_prompt_of_batch",
+    # fourteenth (69-red-team-14.yaml): settings the catalogue only ever ran for one step or never together
+    "ref_pass_replays_with_replay_off",
+    "warmup_samples_counted_in_rows",
+    "clip_per_param_group",
+    "reinforce_drops_kl_term",
 )
 #: Backends that train right but report one loss metric wrong: `train.metric` must name `EXPECTED_KEY`.
 MISREPORTING = (
@@ -202,6 +207,8 @@ MISREPORTING = (
     "is_oob_ratio_counts_masked_rows",
     # eleventh: the step's mean reward logged one step late
     "reward_logged_from_previous_step",
+    # fourteenth: a fraction averaged over data-parallel ranks, each already over the global token count
+    "is_oob_ratio_mean_over_ranks",
 )
 #: Backends that fail outright: the run must end in a `backend.error` finding, not a crash.
 CRASHING = ("crashing_train_step", "malformed_result", "exits_the_process", "unprintable_error", "version_not_advanced",
