@@ -124,3 +124,19 @@ def materialized_with_groups_by(plans: Any, cfg: Any, key: Callable[[Any], str])
     logical = replace(ref, baselines=tuple(map(float, base)), stds=tuple(map(float, std)),
                       advantages=tuple(map(float, adv)), unclipped_advantages=tuple(map(float, raw)))
     return prepare_trace_batch(plans, None, logical, cfg.materialize_config())
+
+
+@contextmanager
+def route_envelope_read_as(transform: Callable[[np.ndarray], np.ndarray]) -> Iterator[None]:
+    """The planner's `nrlre1` route-envelope decoder, its decoded [S, L, K] array passed through `transform`."""
+    from compactsim.harness.pipeline import ingest
+
+    original = ingest._decode_route_envelope
+
+    def decode(text: str, turn_id: int, violations: list) -> np.ndarray | None:
+        routes = original(text, turn_id, violations)
+        return None if routes is None else transform(routes)
+
+    with patch.object(ingest, "_decode_route_envelope", decode):
+        yield
+

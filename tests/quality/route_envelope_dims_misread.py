@@ -7,20 +7,15 @@ array; with 3 layers and top-2 the rows come out [2, 3], and the policy refuses 
 
 from __future__ import annotations
 
-from unittest.mock import patch
+import numpy as np
 
-from compactsim.harness.pipeline import ingest
 from compactsim.harness.pipeline.backend import ReferenceBackend
+from tests.quality._patching import route_envelope_read_as
 
 SCENARIO = "routes-nrlre1-three-layers-top2"
 
-_decode = ingest._decode_route_envelope
 
-
-def _dims_misread(text, turn_id, violations):
-    routes = _decode(text, turn_id, violations)
-    if routes is None:
-        return None
+def _dims_misread(routes: np.ndarray) -> np.ndarray:
     s, layers, k = routes.shape
     return routes.reshape(s, k, layers)  # BUG: the header is S x L x K
 
@@ -29,5 +24,5 @@ class Backend(ReferenceBackend):
     name = "route-envelope-dims-misread"
 
     def plan(self, result):
-        with patch.object(ingest, "_decode_route_envelope", _dims_misread):
+        with route_envelope_read_as(_dims_misread):
             return super().plan(result)

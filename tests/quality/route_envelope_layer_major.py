@@ -8,21 +8,16 @@ Megatron keeps routes per layer, so a decoder written next to it reads the bytes
 
 from __future__ import annotations
 
-from unittest.mock import patch
+import numpy as np
 
-from compactsim.harness.pipeline import ingest
 from compactsim.harness.pipeline.backend import ReferenceBackend
+from tests.quality._patching import route_envelope_read_as
 
 EXPECTED_CHECK = "row.route"
 SCENARIO = "routes-nrlre1-envelope"
 
-_decode = ingest._decode_route_envelope
 
-
-def _layer_major(text, turn_id, violations):
-    routes = _decode(text, turn_id, violations)
-    if routes is None:
-        return None
+def _layer_major(routes: np.ndarray) -> np.ndarray:
     s, layers, k = routes.shape
     return routes.reshape(layers, s, k).transpose(1, 0, 2).copy()  # BUG: the bytes are token-major
 
@@ -31,5 +26,5 @@ class Backend(ReferenceBackend):
     name = "route-envelope-layer-major"
 
     def plan(self, result):
-        with patch.object(ingest, "_decode_route_envelope", _layer_major):
+        with route_envelope_read_as(_layer_major):
             return super().plan(result)
