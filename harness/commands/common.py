@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from enum import IntEnum
 from pathlib import Path
 from typing import Any
@@ -76,18 +76,20 @@ def load_results(path: Path) -> list[Any]:
     return load_json_documents(path, what="Gym result file")
 
 
-def located_results(files: list[Path]) -> Iterator[tuple[Any, Callable[[ContractError], ContractError]]]:
-    """Each result of `files` in order, with a function that puts its place ("FILE: result k of n") into an error
-    raised for it that names no rollout, so a bad line of a long JSONL file (a list, no `response`) can be found."""
+def located_results(files: list[Path]) -> Iterator[tuple[Any, str]]:
+    """Each result of `files` in order, with its place ("FILE: result k of n") for `located`."""
     for path in files:
         results = load_results(path)
         for k, result in enumerate(results):
-            def locate(exc: ContractError, where: str = f"{path}: result {k + 1} of {len(results)}") -> ContractError:
-                if exc.rollout_id is not None:
-                    return exc
-                return ContractError(exc.code, turn_id=exc.turn_id, detail=f"{where}: {exc.detail}")
+            yield result, f"{path}: result {k + 1} of {len(results)}"
 
-            yield result, locate
+
+def located(exc: ContractError, where: str) -> ContractError:
+    """`exc` with `where` in its detail when it names no rollout, so a bad line of a long JSONL file (a list, no
+    `response`) can be found; an error naming its rollout already says where."""
+    if exc.rollout_id is not None:
+        return exc
+    return ContractError(exc.code, turn_id=exc.turn_id, detail=f"{where}: {exc.detail}")
 
 
 def print_json(value: Any) -> None:

@@ -16,6 +16,7 @@ from compactsim.harness.commands.common import (
     MAX_SEQ_DIVISIBLE_BY,
     ExitCode,
     console,
+    located,
     located_results,
     print_json,
     report_error,
@@ -75,14 +76,14 @@ def _plans(files: list[Path], missing_reward: float) -> list[TracePlan]:
     from compactsim.harness.pipeline.planner import plan_rollout
 
     plans: list[TracePlan] = []
-    for result, locate in located_results(files):
+    for result, where in located_results(files):
         try:
             evidence = normalize_result(result)
             if evidence.reward is None:  # a bare response carries no reward; inspection still works
                 evidence = replace(evidence, reward=missing_reward)
             plans.append(plan_rollout(evidence))
         except ContractError as exc:
-            raise locate(exc) from None
+            raise located(exc, where) from None
     return plans
 
 

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.table import Table
 
-from compactsim.harness.commands.common import ExitCode, console, located_results, print_json, report_error
+from compactsim.harness.commands.common import ExitCode, console, located, located_results, print_json, report_error
 from compactsim.harness.core.errors import CompactsimError, ContractError
 from compactsim.harness.core.json_input import limits_help
 
@@ -50,11 +50,11 @@ def plan_command(
 
     try:
         plans = []
-        for result, locate in located_results(files):
+        for result, where in located_results(files):
             try:
                 plans.append(plan_rollout(result, strict=not no_strict))
             except ContractError as exc:
-                raise locate(exc) from None
+                raise located(exc, where) from None
     except CompactsimError as exc:
         raise typer.Exit(report_error(exc, as_json=json_output)) from None
     if json_output:
