@@ -4,7 +4,9 @@ usage box is unchanged. `use_json_usage_errors(app)` installs it on every comman
 
 from __future__ import annotations
 
+import typing
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import typer
@@ -83,6 +85,35 @@ def option_error(exc: Any, command: Any, ctx: Any, args: Sequence[str]) -> Optio
     return OptionError(message, option=option, value=value, minimum=minimum, maximum=maximum)
 
 
+def _takes_paths(param: Any) -> bool:
+    """Whether Typer converts `param`'s text to a `Path` (alone, optional, or in a list)."""
+    pending = [getattr(getattr(param, "type_descriptor", None), "annotation", None)]
+    while pending:
+        annotation = pending.pop()
+        if annotation is Path:
+            return True
+        pending.extend(typing.get_args(annotation))
+    return False
+
+
+def refuse_empty_paths(command: Any, ctx: Any, args: Sequence[str]) -> None:
+    """A path option or argument given as ``''`` is refused as a usage error naming it.
+
+    `Path('')` is `Path('.')`, so ``--out ''`` (an unset shell variable, say) would otherwise write
+    into the current folder as if ``--out .`` had been typed.
+    """
+    try:  # the raw text the parser saw: splitting argv converts nothing
+        seen, _, _ = command.make_parser(ctx).parse_args(args=list(args))
+    except _UsageError:
+        return  # the real parse reports it
+    for param in command.params:
+        raw = seen.get(param.name)
+        values = raw if isinstance(raw, (list, tuple)) else [raw]
+        if "" in values and _takes_paths(param):
+            raise typer.BadParameter("an empty path; name a file or folder ('.' for the current one)",
+                                     ctx=ctx, param=param)
+
+
 class _Command(TyperCommand):
     """Every compactsim command: under `--json`, a usage error is a JSON error object on stdout, exit 2.
 
@@ -95,6 +126,7 @@ class _Command(TyperCommand):
     def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
         given = list(args)  # the parser consumes the list it gets
         try:
+            refuse_empty_paths(self, ctx, given)
             return super().parse_args(ctx, args)
         except _UsageError as exc:
             if not _asks_for_json(self, given):

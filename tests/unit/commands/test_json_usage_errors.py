@@ -153,3 +153,50 @@ def test_a_json_run_of_a_real_process_prints_only_json(tmp_path: Path):
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr == ""
     assert json.loads(proc.stdout)["option"] == "--seed"
+
+
+def _path_parameters() -> list[tuple[tuple[str, ...], str, bool]]:
+    """(command path, parameter name, is an option) of every parameter Typer converts to a `Path`."""
+    from compactsim.harness.commands.usage_errors import _takes_paths
+
+    found = []
+
+    def walk(command, path: tuple[str, ...]):
+        for name, sub in getattr(command, "commands", {}).items():
+            walk(sub, (*path, name))
+        for param in command.params:
+            if _takes_paths(param):
+                long = [o for o in (getattr(param, "opts", None) or ()) if o.startswith("--")]
+                found.append((path, long[0] if param.param_type_name == "option" else param.name,
+                              param.param_type_name == "option"))
+
+    walk(typer.main.get_command(app), ())
+    return found
+
+
+def test_commands_take_paths():  # the parametrisation below is not empty: `Path` is still how they are declared
+    names = {(" ".join(p), n) for p, n, _ in _path_parameters()}
+    assert {("run", "--out"), ("plan", "files"), ("verify", "rows_dump"), ("run", "--junit-xml")} <= names
+
+
+@pytest.mark.parametrize("command,name,is_option", _path_parameters(),
+                         ids=[f"{' '.join(p)} {n}" for p, n, _ in _path_parameters()])
+def test_an_empty_path_is_refused_not_read_as_the_current_folder(command, name, is_option, tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch):
+    """`Path('')` is `Path('.')`: ``--out ''`` (an unset shell variable) must not write into the working folder."""
+    monkeypatch.chdir(tmp_path)
+    argv = [*command, name, ""] if is_option else [*command, ""]
+    result = runner.invoke(app, argv)
+    assert result.exit_code == 2, result.output
+    assert "an empty path" in result.stderr, result.output
+    assert list(tmp_path.iterdir()) == []  # nothing written where '.' points
+
+
+def test_an_empty_out_under_json_names_the_option(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.chdir(tmp_path)
+    result = runner.invoke(app, ["run", "no-compaction", "--json", "--out="])
+    assert result.exit_code == 2, result.output
+    error = json.loads(result.stdout)
+    assert (error["error_code"], error["option"], error["value"]) == ("invalid_argument", "--out", "")
+    assert "an empty path" in error["message"]
+    assert list(tmp_path.iterdir()) == []
