@@ -27,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, Valida
 from compactsim.agents.compaction.config import ContextHistoryConfig
 from compactsim.agents.compaction.presets import policy_preset
 from compactsim.agents.rollout.script import Flavour, ImageSpec, RolloutScript, TurnScript, scripted_turns
+from compactsim.harness.core.config_model import NoBooleanNumbers
 from compactsim.harness.core.contract import FLOAT_EXACT_INT
 from compactsim.harness.core.errors import CONTRACT_CODES, ConfigError
 from compactsim.harness.core.tokenizer import VOCAB_SIZE
@@ -89,7 +90,7 @@ CORRUPTIONS: dict[str, str] = {
 }
 
 
-class _Strict(BaseModel):
+class _Strict(NoBooleanNumbers):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 

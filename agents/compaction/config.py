@@ -11,11 +11,13 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from compactsim.harness.core.config_model import NoBooleanNumbers
+
 #: Every policy type compactsim's agents can run.
 POLICY_TYPES: tuple[str, ...] = ("identity", "recency", "summary", "think_strip", "tool_output_truncation")
 
 
-class _Config(BaseModel):
+class _Config(NoBooleanNumbers):
     model_config = ConfigDict(extra="forbid")
 
 

@@ -11,11 +11,12 @@ from __future__ import annotations
 import json
 from typing import Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
 from compactsim.agents.compaction.config import ContextHistoryConfig
 from compactsim.agents.media.images import SHAPES, ImageRecipe, png_data_url, render_png
 from compactsim.agents.items import input_image, input_text, user_message
+from compactsim.harness.core.config_model import NoBooleanNumbers
 from compactsim.harness.core.evidence import FLAVOURS
 from compactsim.harness.core.seeds import check_seed, derive_int
 
@@ -27,7 +28,7 @@ DEFAULT_MODEL_SERVER: dict[str, str] = {"type": "responses_api_models", "name": 
 assert set(FLAVOURS) == set(get_args(Flavour)), "Flavour out of sync with compactsim.harness.core.evidence.FLAVOURS"
 
 
-class _Strict(BaseModel):
+class _Strict(NoBooleanNumbers):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 

@@ -14,9 +14,10 @@ import json
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator, model_validator
+from pydantic import ConfigDict, Field, StrictInt, field_validator, model_validator
 
 from compactsim.harness.core.chat_template import DRIFT_MODES, AssistantAction, ToolCall, encode_action
+from compactsim.harness.core.config_model import NoBooleanNumbers
 from compactsim.harness.core.contract import FLOAT32_MAX
 from compactsim.harness.core import tokenizer as tok
 from compactsim.harness.core.errors import ConfigError
@@ -47,7 +48,7 @@ FAULT_KINDS: tuple[str, ...] = (
 TRANSPORT_FAULTS: frozenset[str] = frozenset({"http_500", "http_503", "timeout", "truncated_json", "drop_connection"})
 
 
-class _Strict(BaseModel):
+class _Strict(NoBooleanNumbers):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
+
+from compactsim.harness.core.config_model import NoBooleanNumbers
 
 
-class _Strict(BaseModel):
+class _Strict(NoBooleanNumbers):
     #: a NaN or infinite reward would only be refused later, by the trainer's ingest, far from its cause
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
