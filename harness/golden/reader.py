@@ -244,6 +244,24 @@ def _check_trainer(source: str, trainer: Mapping[str, Any]) -> None:
             raise bad(f"trainer/{field}", f"{stated!r}, but trainer.config.{'.'.join(path)} is {value!r}")
 
 
+def _check_tolerances(source: str, document: Mapping[str, Any]) -> None:
+    """No `tolerances` entry is looser than the audit's for the trainer's precision (golden spec: `expectation.json`).
+
+    Why: `verify` applies them unless `--dtype` chooses others; a golden edited to `rtol: 1` (digests
+    recomputed) would otherwise let every dump pass while its manifest still looks like an export. A
+    tighter tolerance only makes `verify` stricter, so it is left to whoever wrote it.
+    """
+    from compactsim.harness.audit.checks import Tolerances
+
+    precision = document["trainer"]["precision"]
+    for key, limit in Tolerances.for_dtype(precision).rows_and_metrics().items():
+        stated = document["tolerances"][key]  # present: the expectation schema requires every key
+        if stated > limit:
+            raise InputError(source, None, f"tolerances/{key}",
+                             f"{stated!r} is looser than the audit's {precision} tolerance {limit!r}; the golden "
+                             f"files are inconsistent (export them again, or choose tolerances with `verify --dtype`)")
+
+
 def read_scenario(files: GoldenFiles, name: str, entry: ScenarioEntry | None = None) -> GoldenScenario:
     """Scenario `name` of a checked golden directory, every file it reads listed in the manifest."""
     base = f"scenarios/{name}"
@@ -256,6 +274,7 @@ def read_scenario(files: GoldenFiles, name: str, entry: ScenarioEntry | None = N
     }
     _check_consistent(files.source(path), document, rows, entry)
     _check_trainer(files.source(path), document["trainer"])
+    _check_tolerances(files.source(path), document)
     try:
         expectation = expectation_from_document(document, rows)
         trainer = TrainerSettings.from_json(document["trainer"])

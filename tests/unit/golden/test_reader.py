@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from compactsim.harness.audit.checks import Tolerances
 from compactsim.harness.core.errors import ConfigError
 from compactsim.harness.core.json_input import InputError
 from compactsim.harness.golden import manifest as manifest_module
@@ -46,8 +47,7 @@ EXPECTATION = f"{SCEN}/expectation.json"
 ROWS = f"{SCEN}/rows/step-0000.jsonl"
 PAYLOAD = f"{SCEN}/payloads/step-0000/group-0.jsonl"
 SCENARIO = f"{SCEN}/scenario.json"
-TOLERANCES = {"advantage_atol": 1e-6, "advantage_rtol": 1e-5, "logprob_atol": 1e-6, "logprob_rtol": 1e-5,
-              "metric_atol": 1e-6, "metric_rtol": 1e-5}
+TOLERANCES = Tolerances.for_dtype("float64").rows_and_metrics()  # the trainer's precision's, as an export writes
 PAYLOADS = [
     {"response": {"output": [{"type": "message", "content": [{"type": "output_text", "text": "hi"}]}]}, "reward": 1.0,
      "responses_create_params": {"input": []}},
@@ -454,3 +454,31 @@ def test_a_rows_file_that_disagrees_with_its_own_step_is_refused_after_a_rehash(
     error = refusal(golden)
     assert isinstance(error, InputError) and (error.source, error.field) == (str(golden / EXPECTATION), field), error
     assert says in error.problem and "the golden files are inconsistent" in error.problem, error.problem
+
+
+@pytest.mark.parametrize(("edit", "field", "says"), [
+    (_set("tolerances", "logprob_rtol", value=1.0), "tolerances/logprob_rtol",
+     "1.0 is looser than the audit's float64 tolerance 1e-12"),
+    (_set("tolerances", "metric_atol", value=2e-9), "tolerances/metric_atol",
+     "2e-09 is looser than the audit's float64 tolerance 1e-09"),
+])
+def test_tolerances_looser_than_the_precisions_are_refused_after_a_rehash(golden: Path, edit, field, says):
+    """`verify` applies the goldens' tolerances; an `rtol` of 1 (digests recomputed) let any dump pass."""
+    forge(golden, EXPECTATION, edit)
+    error = refusal(golden)
+    assert isinstance(error, InputError) and (error.source, error.field) == (str(golden / EXPECTATION), field), error
+    assert says in error.problem and "verify --dtype" in error.problem, error.problem
+
+
+def test_a_boolean_seed_in_the_trainer_config_is_refused_after_a_rehash(golden: Path):
+    """Pydantic's lax mode read `grpo.seed: true` as 1 (`NoBooleanNumbers`)."""
+    forge(golden, EXPECTATION, _set("trainer", "config", "grpo", "seed", value=True))
+    error = refusal(golden)
+    assert isinstance(error, InputError) and error.field == "trainer/config", error
+    assert "a boolean where a number is expected" in error.problem, error.problem
+
+
+def test_tighter_tolerances_are_kept(golden: Path):
+    """A tighter tolerance only makes `verify` stricter (a golden written with zero tolerances reads)."""
+    forge(golden, EXPECTATION, _set("tolerances", "metric_rtol", value=0.0))
+    assert read_golden(golden).get("toy").tolerances["metric_rtol"] == 0.0
