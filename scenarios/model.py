@@ -552,11 +552,14 @@ class Scenario(_Strict):
             if f.index is not None and f.index >= self.group_size:
                 problems.append(f"faults[{k}].index={f.index} is outside group_size={self.group_size}")
         m, c = self.mutation, self.corruption
-        if c is not None and c.kind == "narrow_routes" and self.groups * self.group_size < 2:
-            problems.append("corruption narrow_routes needs a second rollout in the batch for the narrowed routes to "
-                            "disagree with (groups x group_size >= 2); alone they only mismatch the policy's top-k")
+        if c is not None and c.kind == "narrow_routes":
+            problems += self._narrow_routes_problems()
         if m is not None and c is not None and (m.step, m.group, m.index) == (c.step, c.group, c.index):
             problems.append("mutation and corruption target the same rollout; aim them at different rollouts")
+        if m is not None and m.name == "negative_route_id" and (not self.routes or self.routes_format != "lists"):
+            problems.append("mutation 'negative_route_id' re-encodes the first call's route lists; this scenario "
+                            + ("records none (routes: false)" if not self.routes else
+                               f"sends them as an envelope already (routes_format: {self.routes_format})"))
         if m is not None and m.group < self.groups and m.index < self.group_size:
             flavour = self.setting("flavour", m.group, m.index, step=m.step)
             if flavour == "none":
@@ -585,6 +588,21 @@ class Scenario(_Strict):
         if over:
             raise ValueError(f"trainer: {'; '.join(over)}")
         return self
+
+    def _narrow_routes_problems(self) -> list[str]:
+        """Why corruption narrow_routes cannot apply to this scenario's results, found at load (not mid-run)."""
+        if self.groups * self.group_size < 2:
+            return ["corruption narrow_routes needs a second rollout in the batch for the narrowed routes to "
+                    "disagree with (groups x group_size >= 2); alone they only mismatch the policy's top-k"]
+        if not self.routes:
+            return ["corruption narrow_routes drops a routed expert per token, but this scenario records none "
+                    "(routes: false)"]
+        if self.routes_format != "lists":
+            return [f"corruption narrow_routes edits per-token route lists; routes_format: {self.routes_format} "
+                    f"sends one encoded envelope per call (use routes_format: lists)"]
+        if self.moe.top_k < 2:
+            return ["corruption narrow_routes drops one of each token's top-k experts; moe.top_k=1 leaves none"]
+        return []
 
     def _slot_problems(self, what: str, step: int, group: int, index: int) -> list[str]:
         out = []

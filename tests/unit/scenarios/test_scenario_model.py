@@ -177,6 +177,13 @@ def test_training_recipe_maps_a_uniform_scenario_and_refuses_the_rest():
         ({"groups": 2, "fresh_groups": [1]}, "fresh_groups needs async GRPO"),
         ({"moe": {"experts": 2, "top_k": 3}}, "top_k=3 exceeds experts=2"),
         ({"group_size": 1, "corruption": {"kind": "narrow_routes"}}, "narrow_routes needs a second rollout in the batch"),
+        # edits that cannot apply to the results are refused at load, not as a harness error after collecting them
+        ({"routes": False, "corruption": {"kind": "narrow_routes"}}, "this scenario records none (routes: false)"),
+        ({"routes_format": "nrlre1", "corruption": {"kind": "narrow_routes"}}, "routes_format: nrlre1 sends one encoded"),
+        ({"moe": {"top_k": 1}, "corruption": {"kind": "narrow_routes"}}, "moe.top_k=1 leaves none"),
+        ({"routes": False, "mutation": {"name": "negative_route_id"}}, "records none (routes: false)"),
+        ({"routes_format": "nrlre1", "mutation": {"name": "negative_route_id"}}, "as an envelope already"),
+        ({"trainer": {"grpo": {"seed": True}}}, "a boolean where a number is expected"),
         ({"moe": {"layers": 0}}, "moe.layers\n  Input should be greater than or equal to 1"),
         ({"moe": {"experts": 9}}, "moe.experts\n  Input should be less than or equal to 8"),
         ({"moe": {"layers": 2.0}}, "moe.layers\n  Input should be a valid integer"),
