@@ -143,6 +143,9 @@ class ScenarioRun:
     #: The scenario as run (seed and step cap applied), as ``scenario.json`` holds it (mapping keys sorted);
     #: None when it could not be prepared.
     scenario: Any = None
+    #: Why the scenario itself is bad input, found only once its rollouts existed (a mutation or corruption that
+    #: cannot apply to them); None otherwise. Its record is a `run.harness_error`; `compactsim run` exits 2.
+    invalid_scenario: str | None = None
 
     @property
     def results_by_step(self) -> tuple[tuple[dict[str, Any], ...], ...]:
@@ -178,9 +181,11 @@ class _RunData:
     files: dict[str, bytes] = field(default_factory=dict)
     scenario: Any = None
 
-    def scenario_run(self, record: ScenarioRecord, audit: AuditReport | None) -> ScenarioRun:
+    def scenario_run(self, record: ScenarioRecord, audit: AuditReport | None,
+                     invalid_scenario: str | None = None) -> ScenarioRun:
         """The immutable run."""
-        return ScenarioRun(record=record, files=self.files, audit=audit, scenario=self.scenario)
+        return ScenarioRun(record=record, files=self.files, audit=audit, scenario=self.scenario,
+                           invalid_scenario=invalid_scenario)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -693,7 +698,9 @@ def _harness_failure(scenario: Any, options: RunOptions, exc: BaseException, clo
         steps=0, rows=0, tokens=0, findings=(finding,), reproduce=repro, artifacts=f"scenarios/{name}",
         seconds=clock.total(), stage_seconds=dict(clock.seconds),
     )
-    return data.scenario_run(record, None)
+    from compactsim.scenarios.build import EditNotApplicable
+
+    return data.scenario_run(record, None, invalid_scenario=exc.detail if isinstance(exc, EditNotApplicable) else None)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -259,10 +259,21 @@ def step_results(
     return [r for _, r in results]
 
 
-def _not_applicable(scenario: Scenario, what: str, rollout: str, step: int, exc: MutationNotApplicable) -> ConfigError:
+class EditNotApplicable(ConfigError):
+    """A scenario's mutation or corruption cannot be made on the rollout it targets, found once that rollout exists
+    (e.g. `remove_media_asset` on a rollout whose script shows no image): the scenario is bad input, not a finding."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__("invalid_config", detail)
+
+    def __reduce__(self):  # type: ignore[override]
+        return (EditNotApplicable, (self.detail,))
+
+
+def _not_applicable(scenario: Scenario, what: str, rollout: str, step: int,
+                    exc: MutationNotApplicable) -> EditNotApplicable:
     """The scenario's edit cannot be made on the rollout it targets: a config error naming both, not a crash."""
-    return ConfigError("invalid_config", f"scenario {scenario.name!r}: {what} does not apply to {rollout!r} at step "
-                                         f"{step}: {exc}")
+    return EditNotApplicable(f"scenario {scenario.name!r}: {what} does not apply to {rollout!r} at step {step}: {exc}")
 
 
 def _corrupt(results: list[tuple[str, dict[str, Any]]], k: int, kind: str) -> None:

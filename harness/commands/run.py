@@ -250,7 +250,10 @@ def run_command(
             colour = "green" if passed == len(records) else "red"
             console.print(f"[{colour}]{passed}/{len(records)} scenarios met their expected verdict[/{colour}] in "
                           f"{total:.1f}s · summary {paths['summary']} · report {paths['report']}")
-        raise typer.Exit(ExitCode.OK if suite.passed else ExitCode.FINDINGS)
+        invalid = [r.invalid_scenario for r in runs if r.invalid_scenario is not None]
+        for reason in invalid:  # bad input found only once its rollouts existed: the outputs are written, exit 2
+            report_error(ConfigError("invalid_config", reason), as_json=False)
+        raise typer.Exit(ExitCode.ERROR if invalid else ExitCode.OK if suite.passed else ExitCode.FINDINGS)
     finally:
         release_output_dir(out)
 

@@ -43,6 +43,25 @@ def test_run_json_prints_the_summary(tmp_path: Path):
     assert data["counts"] == {"failed": 0, "findings": 0, "passed": 1, "scenarios": 1}
 
 
+def test_a_mutation_that_cannot_apply_to_its_rollout_is_bad_input_after_the_run(tmp_path: Path):
+    """Whether `remove_media_asset` applies is known only once the rollout exists (this script shows no image):
+    the run writes its outputs, the scenario's record is a harness error, and the exit is 2 (bad input), not 1."""
+    path = tmp_path / "edit.yaml"
+    path.write_text(yaml.safe_dump({"scenarios": [{
+        "name": "edit-without-media", "purpose": "a mutation with nothing to edit",
+        "script": {"generate": {"turns": 3, "image_pattern": "screens", "images_per_observation": 0}},
+        "mutation": {"name": "remove_media_asset", "index": 0}}]}))
+    out = tmp_path / "out"
+    result = invoke("run", str(path), "--out", str(out), "--json")
+    assert result.exit_code == 2, result.output
+    summary = json.loads(result.stdout)  # stdout stays the summary; the reason goes to stderr
+    (record,) = summary["scenarios"]
+    assert (record["observed"], [f["check"] for f in record["findings"]]) == ("harness_error", ["run.harness_error"])
+    assert ("error: invalid_config: scenario 'edit-without-media': mutation 'remove_media_asset' does not apply to "
+            "'s0-g0-r0' at step 0: payload has no call with media") in result.stderr
+    assert json.loads((out / "run-state.json").read_text())["status"] == "complete"
+
+
 def test_run_unknown_scenario_is_a_usage_error(tmp_path: Path):
     result = invoke("run", "no-such-scenario", "--out", str(tmp_path / "o"))
     assert result.exit_code == 2
