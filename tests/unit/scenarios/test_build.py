@@ -7,6 +7,7 @@ import pytest
 from compactsim.harness.core.errors import ConfigError
 from compactsim.harness.core.seeds import derive_int
 from compactsim.scenarios.build import (
+    EditNotApplicable,
     build_scenario,
     bump_policy_version,
     fault_specs,
@@ -247,9 +248,10 @@ def test_a_target_that_did_not_complete_or_cannot_be_mutated_is_reported(collect
     one_call = _s(mutation={"name": "swap_turn_ids", "index": 0}, script={"generate": {"turns": 1}})
     with pytest.raises(ConfigError, match="payload has 1 call record"):  # was an IndexError
         step_results(one_call, 0, collect_step(one_call), generation_version=0)
-    routeless = _s(corruption={"kind": "narrow_routes", "index": 0}, routes=False)
-    with pytest.raises(ConfigError, match="corruption 'narrow_routes' does not apply to 's0-g0-r0' at step 0: "):
-        step_results(routeless, 0, collect_step(routeless), generation_version=0)
+    with pytest.raises(EditNotApplicable, match="payload has no call with a compaction_event_id"):  # exit 2 in `run`
+        step_results(flat, 0, collect_step(flat), generation_version=0)
+    with pytest.raises(ValueError, match="records none \\(routes: false\\)"):  # this one is known at load
+        _s(corruption={"kind": "narrow_routes", "index": 0}, routes=False)
 
 
 def test_zero_call_capture_and_version_bump_leave_their_input_alone(collected):
