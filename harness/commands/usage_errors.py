@@ -114,6 +114,44 @@ def refuse_empty_paths(command: Any, ctx: Any, args: Sequence[str]) -> None:
                                      ctx=ctx, param=param)
 
 
+#: The report options whose earlier files a run deletes first (docs/ci.md: a reporter never reads an old verdict).
+REPORT_OPTIONS = ("--junit-xml", "--markdown")
+
+
+def clear_reports_after_usage_error(command: Any, ctx: Any, args: Sequence[str]) -> None:
+    """Delete the earlier JUnit/Markdown reports `args` name although the command line was refused, as a run that
+    starts does (`prepare_ci_outputs`), so exit 2 never leaves a stale verdict where a CI reporter reads this one's.
+
+    Best effort and never destructive: every other value on the command line, given or defaulted, that names an
+    existing file or folder counts as an input, and a report that is (or lies inside) one is left alone.
+    """
+    from compactsim.harness.commands.ci_outputs import prepare_ci_outputs
+
+    parser = command.make_parser(ctx)
+    parser.ignore_unknown_options = True  # `--bogus` is the usage error; the report options around it still count
+    try:
+        seen, _, _ = parser.parse_args(args=list(args))
+    except _UsageError:
+        return  # argv cannot even be split (an option missing its value): nothing is known to be a report path
+    reports: dict[str, str] = {}
+    inputs: list[tuple[Path, str]] = []
+    for param in command.params:
+        opts = getattr(param, "opts", None) or ()
+        raw = seen.get(param.name, param.default if isinstance(param.default, (str, Path)) else None)
+        values = [v for v in (raw if isinstance(raw, (list, tuple)) else [raw]) if isinstance(v, (str, Path)) and v]
+        report = next((o for o in opts if o in REPORT_OPTIONS), None)
+        if report is not None and values:
+            reports[report] = str(values[-1])
+        elif report is None:
+            inputs += [(Path(v), "a path on the command line") for v in values if Path(v).exists()]
+    for option, value in reports.items():  # one at a time: a refused one does not keep the other
+        try:
+            prepare_ci_outputs(Path(value) if option == "--junit-xml" else None,
+                               Path(value) if option == "--markdown" else None, inputs=inputs)
+        except Exception:  # noqa: BLE001 - the usage error is what this exit reports
+            pass
+
+
 class _Command(TyperCommand):
     """Every compactsim command: under `--json`, a usage error is a JSON error object on stdout, exit 2.
 
@@ -129,6 +167,7 @@ class _Command(TyperCommand):
             refuse_empty_paths(self, ctx, given)
             return super().parse_args(ctx, args)
         except _UsageError as exc:
+            clear_reports_after_usage_error(self, ctx, given)
             if not _asks_for_json(self, given):
                 raise
             raise typer.Exit(report_error(option_error(exc, self, ctx, given), as_json=True)) from None

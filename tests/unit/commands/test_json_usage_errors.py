@@ -200,3 +200,38 @@ def test_an_empty_out_under_json_names_the_option(tmp_path: Path, monkeypatch: p
     assert (error["error_code"], error["option"], error["value"]) == ("invalid_argument", "--out", "")
     assert "an empty path" in error["message"]
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("argv", [
+    ["run", "no-compaction", "--seed", "-1"],
+    ["run", "--steps", "abc"],
+    ["run", "--bogus"],
+    ["run", "--json", "--parallel", "0"],
+    ["verify", "G", "R", "--bogus"],
+    ["verify", "G"],  # a missing argument
+], ids=["run --seed -1", "run --steps abc", "run unknown option", "run --json --parallel 0", "verify unknown option",
+        "verify missing rows dump"])
+def test_a_refused_command_line_still_deletes_earlier_reports(argv: list[str], tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch):
+    """docs/ci.md: on exit 2 no JUnit or Markdown file is left from an earlier run, whatever refused the run;
+    Typer's own checks come before the command body that deletes them."""
+    monkeypatch.chdir(tmp_path)
+    for name in ("old.xml", "old.md"):
+        (tmp_path / name).write_text("an earlier run's verdict")
+    result = runner.invoke(app, [*argv, "--junit-xml", "old.xml", "--markdown", "old.md"])
+    assert result.exit_code == 2, result.output
+    assert not (tmp_path / "old.xml").exists() and not (tmp_path / "old.md").exists()
+
+
+def test_a_refused_command_line_never_deletes_one_of_its_inputs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "s.yaml").write_text("scenarios: []\n")
+    from compactsim.harness.commands.run import DEFAULT_OUT
+
+    (tmp_path / DEFAULT_OUT).mkdir()
+    (tmp_path / DEFAULT_OUT / "summary.json").write_text("{}")
+    result = runner.invoke(app, ["run", "s.yaml", "--seed", "-1", "--junit-xml", "s.yaml",
+                                 "--markdown", str(DEFAULT_OUT / "summary.json")])
+    assert result.exit_code == 2, result.output
+    assert (tmp_path / "s.yaml").read_text() == "scenarios: []\n"  # named on the command line: an input
+    assert (tmp_path / DEFAULT_OUT / "summary.json").read_text() == "{}"  # inside the default --out folder
