@@ -131,8 +131,13 @@ def clear_reports_after_usage_error(command: Any, ctx: Any, args: Sequence[str])
     parser.ignore_unknown_options = True  # `--bogus` is the usage error; the report options around it still count
     try:
         seen, _, _ = parser.parse_args(args=list(args))
-    except _UsageError:
-        return  # argv cannot even be split (an option missing its value): nothing is known to be a report path
+    except _UsageError:  # an option missing its value can only be the last word: split what comes before it
+        if not args or not str(args[-1]).startswith("-"):
+            return
+        try:
+            seen, _, _ = parser.parse_args(args=list(args[:-1]))
+        except _UsageError:
+            return
     reports: dict[str, str] = {}
     inputs: list[tuple[Path, str]] = []
     for param in command.params:

@@ -223,6 +223,15 @@ def test_a_refused_command_line_still_deletes_earlier_reports(argv: list[str], t
     assert not (tmp_path / "old.xml").exists() and not (tmp_path / "old.md").exists()
 
 
+def test_an_option_missing_its_value_at_the_end_still_deletes_earlier_reports(tmp_path: Path,
+                                                                               monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "old.xml").write_text("an earlier run's verdict")
+    result = runner.invoke(app, ["run", "--junit-xml", "old.xml", "--seed"])
+    assert result.exit_code == 2 and "requires an argument" in result.stderr, result.output
+    assert not (tmp_path / "old.xml").exists()
+
+
 def test_a_refused_command_line_never_deletes_one_of_its_inputs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "s.yaml").write_text("scenarios: []\n")
