@@ -102,13 +102,20 @@ def default_payload_sources() -> list[Path]:
     return []
 
 
+def _is_result(value: Mapping[str, Any]) -> bool:
+    """A `/run` result (a `response` object) or a bare response (`output`); any other object is another file's."""
+    return isinstance(value.get("response"), dict) or "output" in value
+
+
 def load_payloads(paths: Sequence[Path]) -> list[NamedPayload]:
     """Results from files (`.json` one or a list, `.jsonl` one per line) or directories of them.
 
     This is the interface for the scenario runner: point `--payloads` at the directory where the
     agents wrote the catalogue's evidence. Every value must be a result object (a list entry or a
-    line that is not one is an `InputError` naming it), and every path must hold at least one: a
-    check that validated nothing must not read "compatible".
+    line that is not one is an `InputError` naming it: an object with neither a `response` object nor
+    an `output` is some other file's; inside a directory a file holding only such objects is skipped,
+    as a rollout's ground truth or summary beside its results), and every path must hold at least
+    one: a check that validated nothing must not read "compatible".
     """
     out: list[NamedPayload] = []
     for path in paths:
@@ -126,8 +133,17 @@ def load_payloads(paths: Sequence[Path]) -> list[NamedPayload]:
                 if not isinstance(v, dict):
                     raise InputError(str(file), line, field, f"expected a Gym result (a JSON object), "
                                                                     f"found {type(v).__name__}")
-                out.append(NamedPayload(name, v))
-                found += 1
+            results = [(name, v) for name, _, _, v in values if _is_result(v)]
+            if path.is_dir() and not results:
+                continue  # another kind of file beside the results (a rollout's ground truth, a summary)
+            for name, line, field, v in values:
+                if not _is_result(v):
+                    keys = ", ".join(sorted(map(str, v))[:6]) or "none"
+                    raise InputError(str(file), line, field, f"expected a Gym result (a /run result with a "
+                                                             f"`response` object, or a bare response with `output`); "
+                                                             f"this object has neither (keys: {keys})")
+            out += [NamedPayload(name, v) for name, v in results]
+            found += len(results)
         if not found:
             what = "no .json or .jsonl file" if not files else "no Gym result"
             raise InputError(str(path), None, None, f"{what} to check: gym-check --payloads needs at least one result")

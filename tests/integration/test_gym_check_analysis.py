@@ -119,6 +119,21 @@ def test_load_payloads_reads_json_lists_and_jsonl_from_a_directory(tmp_path: Pat
     assert {payload_flavour(p.response) for p in loaded} == {"gym-0.7.0-transport"}
 
 
+def test_load_payloads_skips_other_files_of_a_directory_but_not_a_named_one(tmp_path: Path) -> None:
+    """A rollout folder holds ground truth and a summary beside its results: in a directory they are not results
+    and are skipped; named on their own they are refused."""
+    example = json.loads((EXAMPLES / "gym-0.7.0-transport-compacted-3call.json").read_text(encoding="utf-8"))
+    (tmp_path / "r.result.json").write_text(json.dumps({"response": example, "reward": 1.0}), encoding="utf-8")
+    (tmp_path / "r.ground_truth.json").write_text(json.dumps({"rollout": "r", "calls": []}), encoding="utf-8")
+    (tmp_path / "summary.json").write_text(json.dumps({"rollouts": 1}), encoding="utf-8")
+    assert [p.name for p in load_payloads([tmp_path])] == ["r.result.json"]
+    with pytest.raises(ConfigError, match="this object has neither \\(keys: calls, rollout\\)"):
+        load_payloads([tmp_path / "r.ground_truth.json"])
+    (tmp_path / "mixed.json").write_text(json.dumps([example, {"rows": 1}]), encoding="utf-8")
+    with pytest.raises(ConfigError, match="mixed.json: field \\$\\[1\\]: expected a Gym result"):
+        load_payloads([tmp_path])
+
+
 def test_load_payloads_rejects_invalid_json_with_its_location(tmp_path: Path) -> None:
     (tmp_path / "bad.json").write_text("{", encoding="utf-8")
     with pytest.raises(ConfigError) as info:
@@ -199,6 +214,10 @@ def test_checker_imports_only_the_stdlib_and_pydantic() -> None:
     ("[]", "e.json: no Gym result to check: gym-check --payloads needs at least one result"),
     ("[1]", "e.json: field $[0]: expected a Gym result (a JSON object), found int"),
     ('"x"', "e.json: field $: expected a Gym result (a JSON object), found str"),
+    # another file's object (a rows dump line, a summary): it used to be checked, rejected by the planner, and the
+    # revision still read "compatible (exit 0)"
+    ('{"a": 1}', "e.json: field $: expected a Gym result (a /run result with a `response` object, or a bare response "
+                 "with `output`); this object has neither (keys: a)"),
 ])
 def test_load_payloads_refuses_a_file_that_holds_no_result(tmp_path: Path, content: str, message: str) -> None:
     """`--payloads` of `[]` reported "compatible (exit 0)" after validating nothing (CLI probe)."""
