@@ -8,6 +8,7 @@ holds state, so a value depends only on its key and counter, never on request or
 from __future__ import annotations
 
 import itertools
+import math
 from functools import lru_cache
 
 import numpy as np
@@ -53,18 +54,48 @@ def scripted_logprobs(seed: int, rollout_id: str, call: int, positions: np.ndarr
     return -(0.001 + 3.999 * u)
 
 
+#: Router shapes with at most this many ordered top-k choices draw from a table of them (8P8 = 40,320, the
+#: scenario model's cap); larger ones, which `serve` accepts up to 127 experts x top-16, unrank each draw instead.
+_TABLE_LIMIT = 40_320
+
+
+def _count(num_experts: int, top_k: int) -> int:
+    """nPk: the ordered choices of `top_k` distinct experts out of `num_experts`."""
+    return math.perm(num_experts, top_k)
+
+
 @lru_cache(maxsize=64)
 def _permutations(num_experts: int, top_k: int) -> np.ndarray:
     return np.array(list(itertools.permutations(range(num_experts), top_k)), dtype=np.int64)  # (P, K)
 
 
+def _unrank(ranks: list[int], num_experts: int, top_k: int) -> np.ndarray:
+    """Row r of ``itertools.permutations(range(num_experts), top_k)`` (lexicographic) for each rank, without listing
+    them: position i's expert is the (rank // (n-1-i)P(k-1-i))-th still unused one. Python ints, so nPk may
+    exceed 2**64."""
+    blocks = [_count(num_experts - 1 - i, top_k - 1 - i) for i in range(top_k)]
+    out = np.empty((len(ranks), top_k), dtype=np.int64)
+    for row, rank in enumerate(ranks):
+        free = list(range(num_experts))
+        for i, block in enumerate(blocks):
+            digit, rank = divmod(rank, block)
+            out[row, i] = free.pop(digit)
+    return out
+
+
 def scripted_routes(seed: int, rollout_id: str, call: int, num_rows: int, num_layers: int, num_experts: int, top_k: int) -> np.ndarray:
-    """Marker routes [num_rows, L, K] keyed by (seed, rollout, call, position, layer): K distinct experts per row."""
+    """Marker routes [num_rows, L, K] keyed by (seed, rollout, call, position, layer): K distinct experts per row,
+    the permutation of rank ``splitmix64(key + position * L + layer) mod nPk`` in lexicographic order."""
     key = derive_int(seed, "scripted_route", rollout=rollout_id, call=call)
     counters = np.arange(num_rows * num_layers, dtype=np.uint64)  # position * L + layer
-    table = _permutations(num_experts, top_k)
-    pick = (_counter_u64(key, counters) % np.uint64(len(table))).astype(np.int64)
-    return table[pick].reshape(num_rows, num_layers, top_k)
+    draws = _counter_u64(key, counters)
+    total = _count(num_experts, top_k)
+    if total <= _TABLE_LIMIT:
+        table = _permutations(num_experts, top_k)
+        pick = (draws % np.uint64(total)).astype(np.int64)
+        return table[pick].reshape(num_rows, num_layers, top_k)
+    ranks = [int(d) % total for d in draws.tolist()]
+    return _unrank(ranks, num_experts, top_k).reshape(num_rows, num_layers, top_k)
 
 
 def sample_text_token(logprobs: np.ndarray, *, seed: int, request_digest: str, position: int) -> int:
