@@ -390,6 +390,13 @@ def _as_validated(raw: dict[str, Any], model: BaseModel) -> dict[str, Any]:
     return out
 
 
+#: Scenario fields a `compactsim train` recipe carries (`Scenario.training_recipe`), or that describe the scenario
+#: without changing what a training run does (its name, checks and verdict; `mode`: train always serves its policy).
+#: Any other field away from its default makes a scenario no plain recipe, so `train` refuses it.
+_RECIPE_FIELDS = frozenset({"name", "purpose", "tags", "seed", "expect", "metrics", "mode", "groups", "group_size",
+                            "script", "compaction", "flavour", "rewards", "steps", "trainer"})
+
+
 class Scenario(_Strict):
     """One named scenario (see the module docstring)."""
 
@@ -694,6 +701,22 @@ class Scenario(_Strict):
             "mode": self.mode,
         }
 
+    def _fields_a_recipe_drops(self) -> list[str]:
+        """Every field set away from its default that a recipe would silently drop: `train` writes its own scripts,
+        so only the generator's turns and images per observation and the fields `training_recipe` returns carry."""
+        dropped = [f"{name}: {getattr(self, name)!r}" for name, field in type(self).model_fields.items()
+                   if name not in _RECIPE_FIELDS and getattr(self, name) != field.get_default(call_default_factory=True)]
+        g = self.script.generate
+        if g is not None:
+            plain = ScriptSpec(generate=TurnsGenerator(turns=g.turns, images_per_observation=g.images_per_observation))
+            dropped += [f"script.{name}: {getattr(self.script, name)!r}" for name in ScriptSpec.model_fields
+                        if name != "generate" and getattr(self.script, name) != getattr(plain, name)]
+            dropped += [f"script.generate.{name}: {getattr(g, name)!r}" for name in TurnsGenerator.model_fields
+                        if getattr(g, name) != getattr(plain.generate, name)]
+        if self.rewards.pattern is not None and self.rewards != RewardsSpec(pattern=self.rewards.pattern):
+            dropped.append(f"rewards: {self.rewards!r} (only a pattern carries)")
+        return dropped
+
     def training_recipe(self) -> dict[str, Any]:
         """The run recipe fields of `compactsim.harness.train_run.RunRecipe` for a uniform generated scenario.
 
@@ -717,6 +740,7 @@ class Scenario(_Strict):
             why.append("adversarial edits or faults")
         if not self.moe.is_default():  # a training run's policy has the default router shape
             why.append("a router shape other than the default")
+        why += self._fields_a_recipe_drops()
         if why:
             raise ConfigError("invalid_argument", f"scenario {self.name!r} is not a plain training recipe: {', '.join(why)}")
         g = self.script.generate

@@ -115,6 +115,33 @@ def test_training_recipe_maps_a_uniform_scenario_and_refuses_the_rest():
         _s(moe={"layers": 3, "top_k": 1}).training_recipe()
 
 
+@pytest.mark.parametrize(("data", "dropped"), [
+    ({"routes": False}, "routes: False"),
+    ({"routes_format": "nrlre1"}, "routes_format: 'nrlre1'"),
+    ({"mask_sample": [1]}, "mask_sample: (1,)"),
+    ({"drift": "merge"}, "drift: 'merge'"),
+    ({"endpoint": "responses"}, "endpoint: 'responses'"),
+    ({"max_steps": 3}, "max_steps: 3"),
+    ({"script": {"generate": {"image_pattern": "repeated"}}}, "script.generate.image_pattern: 'repeated'"),
+    ({"script": {"generate": {"final_finish_reason": "length"}}}, "script.generate.final_finish_reason: 'length'"),
+    ({"script": {"task": "Another task.", "generate": {}}}, "script.task: 'Another task.'"),
+    ({"rewards": {"pattern": [1, 0], "default": 0.5}}, "only a pattern carries"),
+])
+def test_training_recipe_refuses_a_field_it_would_drop(data: dict, dropped: str):
+    """`train` writes its own scripts: `routes: false` or an nrlre1 envelope trained on plain route lists, exit 0,
+    while `config.json` still described the scenario (fuzzing round 4)."""
+    with pytest.raises(ConfigError) as info:
+        _s(**data).training_recipe()
+    assert info.value.code == "invalid_argument"
+    assert "is not a plain training recipe" in str(info.value) and dropped in str(info.value), str(info.value)
+
+
+def test_training_recipe_keeps_what_describes_the_scenario_without_changing_the_run():
+    s = _s(tags=["t"], seed=9, mode="policy", expect={"verdict": "error", "code": "sequence_too_long"},
+           script={"generate": {"turns": 3, "images_per_observation": 2}})
+    assert (s.training_recipe()["turns"], s.training_recipe()["images_per_observation"]) == (3, 2)
+
+
 @pytest.mark.parametrize(
     ("data", "message"),
     [
