@@ -114,8 +114,12 @@ class Tolerances:
 
 
 def close(actual: float, expected: float, atol: float, rtol: float) -> bool:
+    """|actual − expected| <= atol + rtol·|expected|; NaN matches only NaN, an infinity only the same infinity
+    (their difference is NaN, which no tolerance holds)."""
     if math.isnan(expected) or math.isnan(actual):
         return math.isnan(expected) and math.isnan(actual)
+    if math.isinf(expected) or math.isinf(actual):
+        return actual == expected
     return abs(actual - expected) <= atol + rtol * abs(expected)
 
 

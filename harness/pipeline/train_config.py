@@ -25,6 +25,12 @@ from compactsim.harness.pipeline.loss import LossConfig
 _STRICT = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
+#: The largest learning rate and weight decay accepted: far above any real run's, and far below where float64
+#: AdamW overflows (a rate of 1e100 overflows the policy's forward at the next step, one of 1e308 the update itself,
+#: where the trainer's order of operations and the oracle's then disagree between inf and ~1e308).
+MAX_OPTIMIZER_RATE = 1e6
+
+
 def _check_advantage_clip(low: float | None, high: float | None) -> None:
     """NeMo-RL clamps with `torch.clamp(adv, low, high)`, which for low > high gives `high` everywhere:
     every rollout the same advantage, whatever its reward. Only a typo writes that, so it is refused."""
@@ -94,8 +100,8 @@ class PolicyConfig(NoBooleanNumbers):
     router_replay_enabled: bool = False
     sequence_packing_enabled: bool = False
     dynamic_batching_enabled: bool = False
-    learning_rate: float = Field(1e-3, gt=0.0)
-    weight_decay: float = Field(0.0, ge=0.0)
+    learning_rate: float = Field(1e-3, gt=0.0, le=MAX_OPTIMIZER_RATE)
+    weight_decay: float = Field(0.0, ge=0.0, le=MAX_OPTIMIZER_RATE)
     max_grad_norm: float | None = Field(1.0, gt=0.0)  # None: no clipping (0 would zero every gradient)
     lr_warmup_steps: int = Field(0, ge=0, lt=INT32_LIMIT)
 

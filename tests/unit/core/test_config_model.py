@@ -77,3 +77,15 @@ def test_a_scenario_file_with_a_boolean_reward_exits_2_naming_the_field(tmp_path
     assert "s.yaml:5:16: field $.scenarios[0].rewards.pattern" in result.output, result.output
     assert "item 1: true: a boolean where a number is expected" in result.output
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("field", ["learning_rate", "weight_decay"])
+def test_optimizer_rates_that_overflow_float64_are_refused(field: str):
+    """A learning rate of 1e308 overflowed AdamW's update to inf where the oracle's order of operations stayed at
+    ~1e308: a finding against a correct trainer (fuzzing round 4). 1e6 is accepted, far above any real rate."""
+    from compactsim.harness.pipeline.train_config import MAX_OPTIMIZER_RATE
+
+    assert TrainerConfig.model_validate({"policy": {field: MAX_OPTIMIZER_RATE}})
+    with pytest.raises(ValidationError) as info:
+        TrainerConfig.model_validate({"policy": {field: 1e308}})
+    assert info.value.errors()[0]["loc"] == ("policy", field)
