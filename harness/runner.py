@@ -243,7 +243,9 @@ def prepare_scenario(scenario: Any, options: RunOptions) -> Any:
     """The scenario under the run's seed, step cap and precision (a `ConfigError` when the cap cuts off its mutation).
 
     A cap also rescales the scenario's step-count expectations (``sum(optimizer_steps) == 20``
-    becomes ``== 6`` under ``--steps 6``), so a capped run of a passing scenario passes. A
+    becomes ``== 6`` under ``--steps 6``) and drops the rollout overrides, mutation, corruption and
+    faults aimed at the steps it cuts off, so a capped run of a passing scenario passes (one whose
+    declared error lay in those steps expects success: `run_scenario` skips its declared verdict). A
     precision sets the trainer's `policy.precision` and `policy.logprob_dtype` (the policy-mode
     server follows), and raises every `max_abs_dev` below that precision's metric tolerance to it
     (``token_mult_prob_error`` within 1e-9 of 1 is a float64 figure).
@@ -261,6 +263,7 @@ def prepare_scenario(scenario: Any, options: RunOptions) -> Any:
             data["metrics"] = scale_step_counts(data["metrics"], scenario.steps, options.max_steps)
         if data.get("rollouts"):
             data["rollouts"] = _overrides_within(data["rollouts"], options.max_steps)
+        data.update(_edits_within(data, options.max_steps))
     if options.precision is not None:
         p = options.precision
         data["trainer"] = deep_merge(data.get("trainer") or {}, {"policy": {"precision": p, "logprob_dtype": p}})
@@ -269,6 +272,19 @@ def prepare_scenario(scenario: Any, options: RunOptions) -> Any:
     if data == scenario.to_data():
         return scenario
     return _with_source(Scenario.model_validate(data), scenario_source(scenario))
+
+
+def _edits_within(data: Mapping[str, Any], steps: int) -> dict[str, Any]:
+    """The scenario's mutation, corruption and faults (as data) under a step cap: one aimed at a step the cap cuts
+    off is dropped (it would never apply; a fault without a step applies at every step and stays)."""
+    out: dict[str, Any] = {}
+    for key in ("mutation", "corruption"):
+        edit = data.get(key)
+        if isinstance(edit, Mapping) and edit.get("step", 0) >= steps:
+            out[key] = None
+    if data.get("faults"):
+        out["faults"] = [f for f in data["faults"] if f.get("step") is None or f["step"] < steps]
+    return out
 
 
 def _overrides_within(overrides: Sequence[Mapping[str, Any]], steps: int) -> list[dict[str, Any]]:
@@ -446,6 +462,7 @@ def run_scenario(
     name = getattr(scenario, "name", str(scenario))
     data = _RunData()
     files = data.files
+    cut = options.max_steps is not None and getattr(scenario, "steps", 0) > options.max_steps
     try:
         scenario = prepare_scenario(scenario, options)
         files["scenario.json"] = (json.dumps(scenario.to_data(), indent=2, sort_keys=True) + "\n").encode("utf-8")
@@ -469,12 +486,15 @@ def run_scenario(
             training = expect_training(settings, expectation, logs_by_step, measured) if options.audit_training else ()
     except Exception as exc:  # noqa: BLE001 - whatever a backend left behind, this scenario fails, the suite goes on
         return _harness_failure(scenario, options, exc, clock, data)
+    # a `--steps` cap may cut off the step where the declared error lay: the capped scenario then rightly succeeds
+    beyond_cap = cut and scenario.expect.verdict == "error" and expectation.error is None
     with clock.stage("audit"):
         report = audit_run(expectation, observed, backend=_backend_flag(options.backend),
                            tolerances=Tolerances.for_dtype(settings.precision),
                            reproduce=scenario_reproduce(scenario, options), training=training,
                            router_replay=settings.router_replay,
-                           declared=(scenario.expect.verdict, scenario.expect.code, scenario.expect.turn))
+                           declared=None if beyond_cap else (scenario.expect.verdict, scenario.expect.code,
+                                                             scenario.expect.turn))
         traces = _trace_views(observed.steps, report.findings)
         media = _media_urls(logs_by_step, traces)
     files["audit.json"] = (json.dumps(report.to_json(), indent=2, sort_keys=True) + "\n").encode("utf-8")
