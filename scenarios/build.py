@@ -217,8 +217,8 @@ def step_results(
     version), one for the step or one per rollout id (`fresh_groups`). None leaves the results
     unlabelled. Then the scenario's mutation and batch corruption
     aimed at this step are applied. Results are deep copies; input is untouched.
-    Raises `ConfigError("invalid_config")` when the mutation's target lacks what it edits, and
-    `ConfigError("invalid_argument")` when a target rollout did not complete.
+    Raises `EditNotApplicable` (a `ConfigError("invalid_config")`) when the edit's target lacks what it edits or did
+    not complete.
     """
     _check_step(scenario, step)
     by_id: dict[str, dict[str, Any] | None] = {_rollout_id_of(c): _result_of(c) for c in collected}
@@ -240,7 +240,8 @@ def step_results(
         for k, (r, _) in enumerate(results):
             if r == rid:
                 return k
-        raise ConfigError("invalid_argument", f"{kind} target {rid!r} of scenario {scenario.name!r} did not complete")
+        raise EditNotApplicable(f"{kind} target {rid!r} of scenario {scenario.name!r} did not complete (a fault or "
+                                f"the scenario's drift failed it during collection): there is no result to edit")
 
     m = scenario.mutation
     if m is not None and m.step == step:
