@@ -239,11 +239,26 @@ def _routes(row: DumpRow, want: ExpectedRow | None, omitted: list[Omission], ste
     return row.routes
 
 
-def _stated_advantage(rows: Sequence[DumpRow], rollout_id: str) -> float | None:
-    """The rollout advantage the rows of `rollout_id` state (the one of the smallest trace id), or None."""
+def _stated_advantage(rows: Sequence[DumpRow], rollout_id: str, expected: float | None = None) -> float | None:
+    """The rollout advantage the rows of `rollout_id` state, or None when none does.
+
+    Every row states it (one per physical trace), so each is checked: against the goldens' `expected`, the value
+    furthest from it (any wrong row is the rollout's finding; NaN is furthest); without one, the value of the
+    smallest trace id.
+    """
     stated = sorted((str(r.physical_trace_id), float(r.rollout_advantage)) for r in rows
                     if r.logical_rollout_id == rollout_id and r.rollout_advantage is not None)
-    return stated[0][1] if stated else None
+    if not stated:
+        return None
+    if expected is None:
+        return stated[0][1]
+
+    def distance(value: float) -> float:
+        if value == expected:
+            return 0.0
+        return math.inf if math.isnan(value) else abs(value - expected)
+
+    return max(stated, key=lambda entry: distance(entry[1]))[1]  # the first, smallest trace id, among equals
 
 
 def _logical(
@@ -253,7 +268,7 @@ def _logical(
     if expected is not None and expected.rollouts:
         out = []
         for k, want in enumerate(expected.rollouts):
-            advantage = _stated_advantage(real, want.rollout_id)
+            advantage = _stated_advantage(real, want.rollout_id, want.advantage)
             if advantage is None:
                 if want.advantage is not None and want.error is None:
                     omitted.append(Omission(step, "rollout_advantage", want.rollout_id, want.advantage))

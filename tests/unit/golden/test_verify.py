@@ -95,6 +95,16 @@ def test_verify_wrong_rollout_advantage_gives_a_rollout_advantage_finding():
     assert findings(lines) == [("rollout.advantage", 0, None, None, -0.75, 0.5)]
 
 
+@pytest.mark.parametrize("trace", ["r0/trace-0", "r0/trace-1"])
+def test_verify_checks_the_rollout_advantage_of_every_row(trace: str):
+    """Each row states its rollout's advantage; only the smallest trace id's was read, so a wrong later trace
+    passed (fuzzing round 4)."""
+    lines = dump_lines()
+    want = line(lines, trace)["rollout_advantage"]
+    line(lines, trace)["rollout_advantage"] = 0.0
+    assert findings(lines) == [("rollout.advantage", 0, None, None, want, 0.0)]
+
+
 def test_verify_missing_row_and_missing_padding_are_findings():
     lines = [ln for ln in dump_lines(settings=trainer(1, 2)) if ln["physical_trace_id"] not in ("r1/trace-0", None)]
     report = verify(lines, g=golden(golden_scenario(settings=trainer(1, 2))))
