@@ -457,6 +457,11 @@ def check_row_routes(report: Reporter, want: ExpectedRow, got: ObservedRow, *, r
         for p in sorted(declared - sentinels - repaired_as_sentinel):
             out.append(report("row.sentinel", f"position {p} is declared a sentinel but is no boundary",
                               expected="route", actual=-1, row=rid, position=p))
+    else:  # a row that states both: its declaration must be what its own routes say
+        for p in sorted(q for q in declared - sentinels if not _sentinel_at(got, q)):  # a boundary's: reported above
+            actual = got.routes[p].tolist() if 0 <= p < got.routes.shape[0] else None
+            out.append(report("row.sentinel", f"position {p} is declared a sentinel, but the row's own route there "
+                              f"is {actual}", expected=-1, actual=actual, row=rid, position=p))
     if want.routes is not None and got.routes is not None:
         exp = np.asarray(want.routes)
         n = min(exp.shape[0], got.routes.shape[0])

@@ -10,8 +10,9 @@ expected value, so nothing is compared with itself), the findings of that field'
 row are dropped, and the report counts the rows per missing field (`ScenarioVerdict.not_checked`).
 With ``strict=True`` (`verify --strict`) each such omission is a finding of the field's own
 check instead. A rollout whose advantage no row states has its `rollout.advantage` check skipped.
-A row's `routed_experts` are compared with the goldens' position by position; a row without
-them has its declared sentinel positions checked instead. Two fields are never "not checked":
+A row's `routed_experts` are compared with the goldens' position by position (its sentinels read from
+them, so `routed_experts_sentinel_positions` is then optional, and held to them when stated); a row
+without them has its declared sentinel positions checked instead. Two fields are never "not checked":
 `sample_mask` defaults to 1.0 on a real row (NeMo-RL's loss multiplier unless `mask_sample`), and
 a `generation_policy_version` stated as null is compared (as "unknown") — only a missing key is
 an omission.
@@ -225,8 +226,10 @@ def _observed_row(
         sample_mask=_DEFAULT_SAMPLE_MASK if row.sample_mask is None else row.sample_mask,
         media_ids=pick("media_ids", row.media_ids, (), want.media_ids if want else None),
         pixel_digests=pick("pixel_digests", row.pixel_digests, (), want.pixel_digests if want else None),
-        declared_sentinel_positions=pick("routed_experts_sentinel_positions", row.sentinel_positions, (),
-                                         want.sentinel_positions if want else None),
+        # with routes, the sentinels are read from them (a stated list is still held to them): never "not checked"
+        declared_sentinel_positions=(pick("routed_experts_sentinel_positions", row.sentinel_positions, (),
+                                          want.sentinel_positions if want else None) if row.routes is None
+                                     else row.sentinel_positions or ()),
         routes=_routes(row, want, omitted, step),
         generation_policy_version=version,
     )

@@ -105,3 +105,23 @@ def test_goldens_without_routes_check_a_dump_s_routes_for_sentinels_only():
     assert verify(lines, exp=expectation(), strict=True).passed
     line(lines, "r0/trace-0")["routed_experts"][4] = [[0, 1]]
     assert [f.check for f in verify(lines, exp=expectation()).findings] == ["row.sentinel"]
+
+
+def test_routes_without_the_sentinel_field_still_have_their_sentinels_checked():
+    """Omitting `routed_experts_sentinel_positions` used to mark the row's `row.sentinel` check "not checked", which
+    also dropped the finding the routes themselves gave: a boundary without its sentinel verified clean."""
+    lines = lines_with_routes()
+    for ln in lines:
+        ln.pop("routed_experts_sentinel_positions", None)
+    assert verify(lines, strict=True).passed  # routes carry the sentinels: the field is not demanded
+    line(lines, "r0/trace-0")["routed_experts"][4] = [[2, 0]]
+    report = verify(lines)
+    assert [(f.check, f.row, f.position, f.expected, f.actual) for f in report.findings] == [
+        ("row.sentinel", "r0/trace-0", 4, -1, [[2, 0]])]
+    assert "routed_experts_sentinel_positions" not in dict(report.scenarios[0].not_checked)
+
+
+def test_a_stated_sentinel_must_be_what_the_row_s_own_routes_say():
+    lines = lines_with_routes()
+    line(lines, "r1/trace-0")["routed_experts_sentinel_positions"] = [1]
+    assert findings(lines) == [("row.sentinel", "r1/trace-0", 1, -1, [[2, 0]])]
