@@ -150,13 +150,19 @@ def parse_scenarios(data: Any, *, source: str, text: str | None = None) -> tuple
     return tuple(out)
 
 
-def load_file(path: Path) -> tuple[Scenario, ...]:
-    """The scenarios of one YAML file, read under the input limits (size, regular file, YAML alias expansion)."""
+def read_scenario_file(path: Path) -> tuple[str, Any]:
+    """(text, YAML data) of a scenario file, read under the input limits (size, regular file, YAML alias expansion);
+    its problems are `ScenarioFileError`s: the catalogue's code (`invalid_config`), at the place they are at."""
     try:
         text = read_text(path, what="scenario file")
-        data = parse_yaml(text, str(path))
-    except InputError as exc:  # a scenario file's problems keep the catalogue's code, and the place they are at
+        return text, parse_yaml(text, str(path))
+    except InputError as exc:
         raise ScenarioFileError(exc.source, exc.line, exc.field, exc.problem, column=exc.column) from None
+
+
+def load_file(path: Path) -> tuple[Scenario, ...]:
+    """The scenarios of one YAML file (`read_scenario_file`)."""
+    text, data = read_scenario_file(path)
     return parse_scenarios(data, source=str(path), text=text)
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from compactsim.harness.core.errors import ConfigError
-from compactsim.harness.core.json_input import InputError, parse_yaml, read_text
+from compactsim.harness.core.json_input import InputError
 
 
 def looks_like_file(selector: str) -> bool:
@@ -46,12 +46,12 @@ def check_scenario_file(selector: str) -> Path:
     path = Path(selector)
     if not path.exists():
         raise InputError(selector, None, None, "file not found (a scenario YAML file)")
-    from compactsim.scenarios.catalogue import check_shape
+    from compactsim.scenarios.catalogue import ScenarioFileError, check_shape, read_scenario_file
 
-    text = read_text(path, what="scenario file")
+    text, data = read_scenario_file(path)  # `invalid_config`, as `load_file` reports the same file
     if not text.strip():
-        raise InputError(str(path), None, None, "empty scenario file")
-    check_shape(parse_yaml(text, str(path)), source=str(path), text=text)  # its entries: when it is loaded
+        raise ScenarioFileError(str(path), None, None, "empty scenario file")
+    check_shape(data, source=str(path), text=text)  # its entries: when it is loaded
     return path
 
 
