@@ -64,6 +64,15 @@ def prepare_ci_outputs(junit_xml: Path | None, markdown: Path | None, *,
                                                   f"{exc.strerror or type(exc).__name__}") from None
     summary = step_summary_path()
     if summary is not None:
+        target = summary.resolve()
+        for given, source, what in sources:  # appended to, never cleared: still never one of the inputs
+            if target == source or source in target.parents:
+                inside = "" if target == source else " inside"
+                raise ConfigError("invalid_argument", f"${STEP_SUMMARY_ENV} {summary}: is{inside} {what} {given}, "
+                                                      "which this command reads; point it elsewhere")
+        if target in targets:
+            raise ConfigError("invalid_argument", f"${STEP_SUMMARY_ENV} {summary}: the same file as "
+                                                  f"{targets[target]}; give the job summary its own path")
         try:
             with summary.open("a", encoding="utf-8"):
                 pass

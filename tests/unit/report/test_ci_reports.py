@@ -5,6 +5,8 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+import pytest
+
 from compactsim.harness.commands.ci_outputs import format_progress_line, write_ci_outputs
 from compactsim.harness.commands.verify import format_finding
 from compactsim.harness.report.junit import CaseResult, cases_from_verify, clean_xml_text, format_junit_xml
@@ -88,3 +90,21 @@ def test_verify_report_becomes_cases_with_formatted_findings(tmp_path: Path, mon
     suite = ET.parse(tmp_path / "r" / "v.xml").getroot()[0]
     assert [(tc.get("name"), tc.find("failure") is not None) for tc in suite] == [("toy", True)]
     assert summary.read_text() == (tmp_path / "v.md").read_text()
+
+
+@pytest.mark.parametrize("where", ["the input", "inside an input folder", "the markdown report"])
+def test_the_job_summary_is_never_an_input_or_a_report(where: str, tmp_path: Path, monkeypatch):
+    """$GITHUB_STEP_SUMMARY pointed at a golden manifest appended the Markdown to it, breaking the goldens."""
+    from compactsim.harness.commands.ci_outputs import prepare_ci_outputs
+    from compactsim.harness.core.errors import ConfigError
+
+    rows, goldens = tmp_path / "rows.jsonl", tmp_path / "g"
+    rows.write_text("{}\n")
+    goldens.mkdir()
+    (goldens / "manifest.json").write_text("{}")
+    target = {"the input": rows, "inside an input folder": goldens / "manifest.json",
+              "the markdown report": tmp_path / "v.md"}[where]
+    monkeypatch.setenv(STEP_SUMMARY_ENV, str(target))
+    with pytest.raises(ConfigError, match=r"\$GITHUB_STEP_SUMMARY"):
+        prepare_ci_outputs(None, tmp_path / "v.md", inputs=[(rows, "the rows dump"), (goldens, "the golden directory")])
+    assert rows.read_text() == "{}\n" and (goldens / "manifest.json").read_text() == "{}"
