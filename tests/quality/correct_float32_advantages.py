@@ -1,7 +1,7 @@
 """A CORRECT float32 backend: GRPO advantages computed in float32, as NeMo-RL's reward tensors are.
 
 nemo-rl-semantics §3.2-3.3 with float32 `rewards`: leave-one-out baseline and unbiased std in float32, then
-(r - b) / (std + 1e-6). Off from the float64 oracle by float32 rounding (~1e-7 relative), inside the float32
+(r - b) / (std + 1e-6), then `grpo.advantage_clip_low/high` as NeMo-RL's `_clip_grpo_advantages`. Off from the float64 oracle by float32 rounding (~1e-7 relative), inside the float32
 tolerance for advantages (atol and rtol 1e-6), so a float32 run must pass it; in a float64 run the table's
 1e-12 makes the same code a `row.advantage` finding, as it should.
 """
@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import numpy as np
 import torch
 
-from compactsim.harness.pipeline.advantages import compute_logical_advantages
+from compactsim.harness.pipeline.advantages import clip_advantages, compute_logical_advantages
 from compactsim.harness.pipeline.backend import ReferenceBackend
 from compactsim.harness.pipeline.materializer import prepare_trace_batch
 
@@ -50,5 +51,6 @@ class Backend(ReferenceBackend):
                                    normalize=acfg.normalize_rewards)
             for k, a in zip(idx, values):
                 adv[k] = a
-        logical = replace(ref, advantages=tuple(adv), unclipped_advantages=tuple(adv))
+        clipped = clip_advantages(np.asarray(adv), acfg.advantage_clip_low, acfg.advantage_clip_high)
+        logical = replace(ref, advantages=tuple(float(a) for a in clipped), unclipped_advantages=tuple(adv))
         return prepare_trace_batch(plans, None, logical, cfg.materialize_config())

@@ -192,6 +192,14 @@ BROKEN = (
     "warmup_samples_counted_in_rows",
     "clip_per_param_group",
     "reinforce_drops_kl_term",
+    # fifteenth (69-red-team-15.yaml): a warmup that never met two prompt groups, tis above 1 without a lower bound,
+    # async never with an advantage clip, normalisation or router replay off, rewards never beyond [-10, 10]
+    "warmup_counted_in_prompts",
+    "tis_lower_bound_defaults_to_reciprocal",
+    "async_drops_advantage_clip",
+    "async_advantages_with_estimator_defaults",
+    "rewards_clipped_to_ten",
+    "async_replays_routes_with_replay_off",
 )
 #: Backends that train right but report one loss metric wrong: `train.metric` must name `EXPECTED_KEY`.
 MISREPORTING = (
@@ -209,6 +217,8 @@ MISREPORTING = (
     "reward_logged_from_previous_step",
     # fourteenth: a fraction averaged over data-parallel ranks, each already over the global token count
     "is_oob_ratio_mean_over_ranks",
+    # fifteenth: an async step's reward logged from its freshest groups only
+    "async_reward_logged_from_fresh_groups",
 )
 #: Backends that fail outright: the run must end in a `backend.error` finding, not a crash.
 CRASHING = ("crashing_train_step", "malformed_result", "exits_the_process", "unprintable_error", "version_not_advanced",
