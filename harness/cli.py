@@ -13,6 +13,7 @@ from typing import Annotated, Any
 
 import typer
 
+from compactsim.harness.commands.exit_codes import add_exit_codes
 from compactsim.harness.commands.usage_errors import use_json_usage_errors
 from compactsim.harness.core.gc_passes import use_fewer_gc_passes
 
@@ -172,6 +173,7 @@ def _register_all() -> None:
             raise
         module.register(app)
     use_json_usage_errors(app)
+    add_exit_codes(app)
 
 
 _register_all()
