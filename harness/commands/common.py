@@ -51,6 +51,8 @@ MAX_MICRO_BATCH_SIZE = 32
 MAX_SEQ_DIVISIBLE_BY = 1024
 #: TCP ports (0: the system picks a free one).
 MAX_PORT = 65535
+#: Worker threads, processes or Ray actors of one `compactsim rollout` (those beyond its rollouts sit idle).
+MAX_WORKERS = 1024
 
 
 def use_cwd_imports() -> None:

@@ -31,7 +31,9 @@ from compactsim.harness.commands.common import (
     MAX_IMAGES_PER_OBSERVATION,
     MAX_ROLLOUTS,
     MAX_SEED,
+    MAX_STEPS,
     MAX_TURNS,
+    MAX_WORKERS,
     ExitCode,
     console,
     err_console,
@@ -241,7 +243,8 @@ def rollout_command(
     out: Annotated[Path, typer.Option("--out", help="directory for the result, ground-truth and summary files")],
     scenario: Annotated[str | None, typer.Option(help="a catalogue scenario: collect one step of its rollouts "
                                                       "(instead of --policy, --turns, ...)")] = None,
-    step: Annotated[int, typer.Option(help="with --scenario: the step whose rollouts to collect")] = 0,
+    step: Annotated[int, typer.Option(min=0, max=MAX_STEPS - 1, help="with --scenario: the step whose rollouts "
+                                      "to collect (below the scenario's steps)")] = 0,
     policy: Annotated[str, typer.Option(help="compaction preset, e.g. identity, recency-images-k2, "
                                               "recency-images-k2-chunked3, summary-at3-at5, think-strip")] = "recency-images-k2",
     turns: Annotated[int, typer.Option(min=1, max=MAX_TURNS, help="model calls per rollout (the last one answers "
@@ -258,7 +261,8 @@ def rollout_command(
                                                      "at most 2**53 in magnitude)")] = "1,0",
     executor: Annotated[str, typer.Option(help="local (threads), processes (spawned workers, beyond the GIL) or ray "
                                                "(actors on 127.0.0.1)")] = "local",
-    workers: Annotated[int, typer.Option(help="worker threads, processes or Ray actors; results do not depend on it")] = 2,
+    workers: Annotated[int, typer.Option(min=1, max=MAX_WORKERS, help="worker threads, processes or Ray actors; "
+                                         "results do not depend on it")] = 2,
     json_output: Annotated[bool, typer.Option("--json", help="print the summary as JSON")] = False,
     force: Annotated[bool, typer.Option("--force", help="write into a --out holding other files (only rollout's own "
                                                         "files are replaced)")] = False,

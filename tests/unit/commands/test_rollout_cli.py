@@ -139,7 +139,8 @@ def test_rollout_scenario_refuses_rollout_options_with_exit_2(tmp_path, args, me
     [
         (["--scenario", "scripted-three-steps", "--step", "3"],
          "invalid_argument: --step=3: scenario 'scripted-three-steps' has steps 0..2"),
-        (["--scenario", "no-compaction", "--step", "-1"], "invalid_argument: --step=-1: scenario 'no-compaction' has steps 0..0"),
+        (["--scenario", "no-compaction", "--step", "-1"], "Invalid value for '--step'"),  # Typer's range: 0<=x<=99
+        (["--scenario", "no-compaction", "--workers", "0"], "Invalid value for '--workers'"),
         (["--scenario", "pr-validation-no-compaction", "--step", "1"],
          "invalid_argument: --step=1: scenario 'pr-validation-no-compaction' runs in policy mode"),
         (["--scenario", "no-compaction", "--seed", "-1"], "Invalid value for '--seed'"),
