@@ -18,6 +18,8 @@ goldens mark as needing compactsim's own policy
 
 from __future__ import annotations
 
+import time
+
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -104,6 +106,7 @@ def verify_command(
     from compactsim.harness.golden.verify import verify_dump
     from compactsim.harness.report.junit import cases_from_verify
 
+    started = time.perf_counter()
     try:
         # first: no earlier verify's report survives this one, even its exit 2 (never one of its inputs, though)
         prepare_ci_outputs(junit_xml, markdown, inputs=[(golden_dir, "the golden directory"), (rows_dump, "the rows dump"),
@@ -117,7 +120,7 @@ def verify_command(
                              tolerances=Tolerances.for_dtype(dtype) if dtype is not None else None, strict=strict,
                              require_policy_metrics=require_policy_metrics)
         write_ci_outputs(cases_from_verify(report, format_finding), title="compactsim verify", suite="compactsim verify",
-                         junit_xml=junit_xml, markdown=markdown)
+                         junit_xml=junit_xml, markdown=markdown, seconds=time.perf_counter() - started)
     except RowsDumpError as exc:
         if json_output:
             print_json(exc.to_json())
