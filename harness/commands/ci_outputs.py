@@ -69,7 +69,7 @@ def prepare_ci_outputs(junit_xml: Path | None, markdown: Path | None, *,
             if target == source or source in target.parents:
                 inside = "" if target == source else " inside"
                 raise ConfigError("invalid_argument", f"${STEP_SUMMARY_ENV} {summary}: is{inside} {what} {given}, "
-                                                      "which this command reads; point it elsewhere")
+                                                      "which this command reads or writes; point it elsewhere")
         if target in targets:
             raise ConfigError("invalid_argument", f"${STEP_SUMMARY_ENV} {summary}: the same file as "
                                                   f"{targets[target]}; give the job summary its own path")

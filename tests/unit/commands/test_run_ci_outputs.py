@@ -83,7 +83,7 @@ def test_a_report_path_never_clears_anything_but_an_earlier_report(tmp_path: Pat
     (goldens / "manifest.json").write_text("{}")
     inputs = [(goldens, "the golden directory"), (rows, "the rows dump")]
     for junit, markdown, message in (
-            (rows, None, f"--junit-xml {rows}: is the rows dump {rows}, which this command reads"),
+            (rows, None, f"--junit-xml {rows}: is the rows dump {rows}, which this command reads or writes"),
             (None, goldens / "manifest.json", f"--markdown {goldens / 'manifest.json'}: is inside the golden directory"),
             (tmp_path / "r.out", tmp_path / "r.out", f"--markdown {tmp_path / 'r.out'}: the same file as --junit-xml")):
         with pytest.raises(ConfigError, match=re.escape(message)):
