@@ -44,7 +44,7 @@ def prepare_ci_outputs(junit_xml: Path | None, markdown: Path | None, *,
             if target == source or source in target.parents:
                 inside = "" if target == source else " inside"
                 raise ConfigError("invalid_argument", f"{option} {path}: is{inside} {what} {given}, which this command "
-                                                      "reads; write the report elsewhere")
+                                                      "reads or writes; write the report elsewhere")
         if target.is_dir():
             raise ConfigError("invalid_argument", f"{option} {path}: is a directory")
     for option, path, target in reports:
