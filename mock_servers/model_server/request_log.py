@@ -80,6 +80,8 @@ class RequestLog:
         self._torn = False  # the file ends in a partial line that could not be cut off
         if self._path is not None:
             try:
+                if self._path.is_fifo() or self._path.is_socket():  # `open` would block on a FIFO until a reader came
+                    raise ValueError("a named pipe or socket, not a file (a device such as /dev/stdout is fine)")
                 with self._path.open("a", encoding="utf-8"):
                     pass
             except (OSError, ValueError) as exc:  # ValueError: a NUL in the path

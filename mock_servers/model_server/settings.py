@@ -214,6 +214,13 @@ class ServerSettings(_Strict):
     #: append every request-log entry as one JSON line here (None: in memory only)
     request_log_path: str | None = None
 
+    @field_validator("request_log_path")
+    @classmethod
+    def _log_path(cls, v: str | None) -> str | None:
+        if v == "":  # Path("") is the current folder: never what was meant
+            raise ValueError("an empty path; leave the key out (or null) for an in-memory log only")
+        return v
+
     @field_validator("drift")
     @classmethod
     def _drift(cls, v: str) -> str:

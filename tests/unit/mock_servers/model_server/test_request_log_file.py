@@ -131,3 +131,20 @@ def test_a_healthy_mirror_reports_complete_and_its_lines_are_the_entries(tmp_pat
         log = c.get("/request_log").json()
     assert log["file"] == {"path": str(path), "complete": True, "unwritten_entries": 0, "last_error": None}
     assert [json.loads(x) for x in path.read_text().splitlines()] == log["entries"]
+
+
+def test_a_named_pipe_is_refused_at_start_instead_of_blocking_it(tmp_path):
+    """`open(fifo, "a")` waits for a reader: `serve` hung before printing its address (fuzzing round 4)."""
+    from compactsim.harness.core.errors import ConfigError
+
+    fifo = tmp_path / "log.fifo"
+    os.mkfifo(fifo)
+    with pytest.raises(ConfigError, match="a named pipe or socket, not a file"):
+        RequestLog(max_entries=10, path=str(fifo))
+
+
+def test_an_empty_request_log_path_is_refused_naming_the_field():
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match="request_log_path\n  Value error, an empty path"):
+        ServerSettings(request_log_path="")
