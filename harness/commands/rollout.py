@@ -308,12 +308,16 @@ def parse_reward_pattern(text: str) -> list[float]:
     """
     from compactsim.harness.core.contract import FLOAT_EXACT_INT
 
+    items = [x.strip() for x in text.split(",")]
+    if not any(items):
+        raise ConfigError("invalid_argument", "--reward-pattern: expected at least one number")
+    if "" in items:  # "1,,2" is a typo, not the pattern 1,2: the rollout indices would shift silently
+        raise ConfigError("invalid_argument", f"--reward-pattern={text!r}: item {items.index('') + 1} is empty; "
+                                              "expected numbers like 1,0")
     try:
-        pattern = [float(x) for x in text.split(",") if x.strip()]
+        pattern = [float(x) for x in items]
     except ValueError:
         raise ConfigError("invalid_argument", f"--reward-pattern={text!r}: expected numbers like 1,0") from None
-    if not pattern:
-        raise ConfigError("invalid_argument", "--reward-pattern: expected at least one number")
     bad = [x for x in pattern if not (math.isfinite(x) and abs(x) <= FLOAT_EXACT_INT)]
     if bad:
         raise ConfigError("invalid_argument", f"--reward-pattern={text!r}: {bad[0]!r} is not a finite reward within "

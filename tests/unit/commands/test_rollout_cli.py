@@ -53,6 +53,8 @@ def test_rollout_command_output_is_identical_for_the_same_seed(tmp_path):
         (["--flavour", "gym-9"], "--flavour='gym-9'"),
         (["--executor", "dask"], "--executor='dask'"),
         (["--reward-pattern", "x"], "--reward-pattern='x'"),
+        (["--reward-pattern", "1,,2"], "--reward-pattern='1,,2': item 2 is empty"),  # was read as 1,2
+        (["--reward-pattern", " , "], "--reward-pattern: expected at least one number"),
         (["--seed", "-1"], "Invalid value for '--seed'"),
     ],
 )
