@@ -26,7 +26,8 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, Valida
 
 from compactsim.agents.compaction.config import ContextHistoryConfig
 from compactsim.agents.compaction.presets import policy_preset
-from compactsim.agents.rollout.script import Flavour, ImageSpec, RolloutScript, TurnScript, scripted_turns
+from compactsim.agents.rollout.script import (Flavour, ImageSpec, RolloutScript, TurnScript, check_image_pattern,
+                                              scripted_turns)
 from compactsim.harness.core.config_model import NoBooleanNumbers
 from compactsim.harness.core.contract import FLOAT_EXACT_INT
 from compactsim.harness.core.errors import CONTRACT_CODES, ConfigError
@@ -109,8 +110,7 @@ class TurnsGenerator(_Strict):
 
     @model_validator(mode="after")
     def _reordered_needs_two(self) -> TurnsGenerator:
-        if self.image_pattern == "reordered" and 0 < self.images_per_observation < 2:
-            raise ValueError("image_pattern 'reordered' shows two images per observation: set images_per_observation >= 2")
+        check_image_pattern(self.image_pattern, self.images_per_observation)
         return self
 
 

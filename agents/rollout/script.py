@@ -250,6 +250,7 @@ def scripted_turns(
     check_seed(seed)
     if turns < 1:
         raise ValueError(f"turns={turns}: expected >= 1")
+    check_image_pattern(image_pattern, images_per_observation)
     out: list[TurnScript] = []
     tools = ("screenshot", "click", "type_text", "scroll")
     for t in range(1, turns):
@@ -277,6 +278,12 @@ def scripted_turns(
     return tuple(out)
 
 
+def check_image_pattern(pattern: str, images_per_observation: int) -> None:
+    """``reordered`` swaps a pair of images: with one image per observation it would show two anyway."""
+    if pattern == "reordered" and 0 < images_per_observation < 2:
+        raise ValueError("image_pattern 'reordered' shows two images per observation: set images_per_observation >= 2")
+
+
 def _observation_images(turn: int, count: int, pattern: str) -> tuple[ImageSpec, ...]:
     if count <= 0:
         return ()
@@ -297,6 +304,7 @@ def _observation_images(turn: int, count: int, pattern: str) -> tuple[ImageSpec,
 
 __all__ = [
     "task_params",
+    "check_image_pattern",
     "DEFAULT_MODEL_SERVER",
     "ROLLOUT_KEY",
     "Flavour",

@@ -71,6 +71,7 @@ def build_specs(
 ) -> list[Any]:
     """One group of `rollouts` rollouts of the same scripted task (rollout i uses seed + i for its pixels)."""
     from compactsim.agents import RolloutScript, RolloutSpec, policy_preset, scripted_turns
+    from compactsim.agents.rollout.script import check_image_pattern
     from compactsim.harness.core.seeds import check_seed
 
     check_seed(seed)
@@ -82,6 +83,12 @@ def build_specs(
         raise ConfigError("invalid_argument", f"--flavour={flavour!r}: expected one of {list(FLAVOUR_CHOICES)}")
     if image_pattern not in PATTERNS:
         raise ConfigError("invalid_argument", f"--image-pattern={image_pattern!r}: expected one of {list(PATTERNS)}")
+    try:
+        check_image_pattern(image_pattern, images_per_observation)
+    except ValueError:
+        raise ConfigError("invalid_argument", f"--image-pattern={image_pattern!r} shows two images per observation: "
+                                              f"--images-per-observation={images_per_observation} needs to be 2 or "
+                                              "more") from None
     history = policy_preset(policy)
     specs = []
     for i in range(rollouts):

@@ -55,6 +55,8 @@ def test_rollout_command_output_is_identical_for_the_same_seed(tmp_path):
         (["--reward-pattern", "x"], "--reward-pattern='x'"),
         (["--reward-pattern", "1,,2"], "--reward-pattern='1,,2': item 2 is empty"),  # was read as 1,2
         (["--reward-pattern", " , "], "--reward-pattern: expected at least one number"),
+        (["--image-pattern", "reordered", "--images-per-observation", "1"],
+         "--images-per-observation=1 needs to be 2 or more"),  # the scenario model refuses it too
         (["--seed", "-1"], "Invalid value for '--seed'"),
     ],
 )
