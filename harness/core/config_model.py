@@ -42,14 +42,22 @@ def _items(annotation: Any) -> Any | None:
     return None
 
 
+def _keys(annotation: Any) -> Any | None:
+    """The key annotation of a `dict[K, X]` / `Mapping[K, X]` field (None for anything else)."""
+    for candidate in _types(annotation):
+        if typing.get_origin(candidate) in (dict, abc.Mapping) and len(typing.get_args(candidate)) == 2:
+            return typing.get_args(candidate)[0]
+    return None
+
+
 def _numeric_not_boolean(annotation: Any) -> bool:
     admitted = _types(annotation)
     return bool(admitted & set(_NUMBERS)) and bool not in admitted and Any not in admitted
 
 
 class NoBooleanNumbers(BaseModel):
-    """Mixin: a JSON/YAML boolean given where a field (or a list field's item) takes a number is a validation error
-    at that field, instead of pydantic's silent 1 / 0."""
+    """Mixin: a JSON/YAML boolean given where a field (or a list field's item, a mapping field's key or value) takes a
+    number is a validation error at that field, instead of pydantic's silent 1 / 0."""
 
     @field_validator("*", mode="before")
     @classmethod
@@ -59,6 +67,11 @@ class NoBooleanNumbers(BaseModel):
             return value  # pydantic's strict mode refuses a boolean itself
         if isinstance(value, bool) and _numeric_not_boolean(field.annotation):
             raise ValueError(f"{str(value).lower()}: a boolean where a number is expected")
+        key = _keys(field.annotation)
+        if key is not None and isinstance(value, dict) and _numeric_not_boolean(key):
+            for k in value:
+                if isinstance(k, bool):  # YAML's `true:` key is the index 1 to pydantic
+                    raise ValueError(f"key {str(k).lower()}: a boolean where a number is expected")
         item = _items(field.annotation)
         if item is not None and _numeric_not_boolean(item):
             entries = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, (list, tuple)) else ()

@@ -27,11 +27,13 @@ class _Model(NoBooleanNumbers):
     either: int | bool = 0
     sizes: tuple[int, ...] = ()
     table: dict[str, float] = {}
+    by_index: dict[int, float] = {}
     name: str = ""
 
 
 @pytest.mark.parametrize("field,value,where", [
     ("count", True, "count"), ("rate", False, "rate"), ("sizes", [1, True], "sizes"), ("table", {"a": False}, "table"),
+    ("by_index", {True: 1.0}, "by_index"),  # `rewards.by_index: {true: 1.0}` was the reward of rollout 1
 ])
 def test_a_boolean_for_a_number_is_refused_at_its_field(field: str, value: object, where: str):
     with pytest.raises(ValidationError) as info:
