@@ -338,6 +338,7 @@ def shrink_command(
     from compactsim.scenarios.catalogue import dump_scenario
 
     use_cwd_imports()
+    made = not out.exists()
     try:
         original = select_scenarios([scenario])[0]
         if seed is not None:
@@ -357,6 +358,8 @@ def shrink_command(
         result = shrink(original, RunOptions(backend=backend or DEFAULT_BACKEND), max_examples=max_examples)
         entry = shrunk_entry(result, name=name)
     except CompactsimError as exc:
+        if made and out.is_dir() and not any(out.iterdir()):
+            out.rmdir()  # made for the entry that never came (e.g. nothing to shrink): leave no empty folder
         raise typer.Exit(report_error(exc, as_json=json_output)) from None
     path = out / f"{entry.name}.yaml"
     path.write_text(dump_scenario(entry), encoding="utf-8")

@@ -139,9 +139,10 @@ def test_shrink_writes_a_smaller_failing_catalogue_entry(tmp_path: Path):
 
 
 def test_shrink_refuses_a_passing_scenario(tmp_path: Path):
-    result = invoke("shrink", "explicit-logprobs", "--out", str(tmp_path))
+    result = invoke("shrink", "explicit-logprobs", "--out", str(tmp_path / "shrunk"))
     assert result.exit_code == 2
     assert "passes the audit" in result.output
+    assert not (tmp_path / "shrunk").exists()  # made for an entry that never came: not left behind, empty
 
 
 def test_run_with_wandb_writes_an_offline_run(tmp_path: Path):
