@@ -22,6 +22,8 @@ expected, actual) and the one-line reproduction command.
 
 from __future__ import annotations
 
+import re
+
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -101,7 +103,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption(BACKEND_OPTION, action="store", default=None, metavar="MODULE:ATTR",
                     help="backend under test for compactsim runs (default: compactsim.harness.pipeline:ReferenceBackend)")
     group.addoption(OUT_OPTION, action="store", default=None, metavar="DIR",
-                    help="keep each compactsim run's artifacts under DIR/<scenario>-seed<N>/")
+                    help="keep each compactsim run's artifacts under DIR/<scenario>-seed<N>[-<backend>][-steps<K>]/")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -144,10 +146,21 @@ class ScenarioRunner:
             if out:
                 from compactsim.harness.runner import suite_record
 
-                target = Path(out) / f"{run.record.name}-seed{run.record.seed}"
+                target = Path(out) / _run_folder(run.record.name, run.record.seed, backend, steps)
                 write_outputs(target, [run], suite_record([run], RunOptions(seed=seed, backend=backend), [scenario]))
             self._cache[key] = ScenarioResult(run)
         return self._cache[key]
+
+
+def _run_folder(name: str, seed: int, backend: str | None, steps: int | None) -> str:
+    """``<scenario>-seed<N>``, then ``-<backend>`` and ``-steps<K>`` when given: one folder per cached run, so two
+    backends (or caps) of one scenario and seed never overwrite each other's artifacts."""
+    from compactsim.harness.runner import DEFAULT_BACKEND
+
+    folder = f"{name}-seed{seed}"
+    if backend and backend != DEFAULT_BACKEND:
+        folder += "-" + re.sub(r"[^A-Za-z0-9_.]+", "-", backend).strip("-")
+    return folder if steps is None else f"{folder}-steps{steps}"
 
 
 @pytest.fixture(scope="session")

@@ -131,6 +131,22 @@ def test_out_option_keeps_each_runs_artifacts(pytester: pytest.Pytester):
     assert (out / "explicit-logprobs-seed3" / "scenarios" / "explicit-logprobs" / "artifacts" / "step-0000.npz").is_file()
 
 
+def test_out_option_keeps_one_folder_per_backend_and_cap(pytester: pytest.Pytester):
+    """Two backends of one scenario and seed wrote the same folder, the last one overwriting the first."""
+    pytester.makepyfile(
+        """
+        def test_keep(compactsim_run):
+            assert compactsim_run("explicit-logprobs", seed=3).record.passed
+            broken = compactsim_run("explicit-logprobs", seed=3, backend="tests.quality.routes_dropped:Backend")
+            assert broken.record.name == "explicit-logprobs"
+        """
+    )
+    out = pytester.path / "kept"
+    pytester.runpytest_inprocess(*QUIET, f"--compactsim-out={out}").assert_outcomes(passed=1)
+    assert sorted(p.name for p in out.iterdir()) == [
+        "explicit-logprobs-seed3", "explicit-logprobs-seed3-tests.quality.routes_dropped-Backend"]
+
+
 def test_marker_without_a_scenario_is_a_usage_error(pytester: pytest.Pytester):
     pytester.makepyfile(
         """
