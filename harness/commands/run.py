@@ -17,6 +17,7 @@ reports; in a log without a terminal each finished scenario prints one line.
 
 from __future__ import annotations
 
+import sys
 import time
 from pathlib import Path
 from typing import Annotated, Any
@@ -145,7 +146,7 @@ def run_command(
 ) -> None:
     """Run scenarios through the backend, audit every step against the oracle, and write the report."""
     from compactsim.harness.report.junit import cases_from_records
-    from compactsim.harness.report.summary import format_summary
+    from compactsim.harness.report.summary import format_summary_json
     from compactsim.harness.runner import (DEFAULT_BACKEND, PRECISIONS, RunOptions, gym_record, run_suite, suite_record,
                                            write_outputs)
 
@@ -241,7 +242,8 @@ def run_command(
         except CompactsimError as exc:
             raise typer.Exit(report_error(exc, as_json=json_output)) from None
         if json_output:
-            print_json(format_summary(suite))
+            sys.stdout.write(format_summary_json(suite))  # the bytes of summary.json itself (sorted keys)
+            sys.stdout.flush()
         else:
             console.print(format_results_table(records))
             for line in format_failures(records):

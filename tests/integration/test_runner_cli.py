@@ -41,6 +41,7 @@ def test_run_json_prints_the_summary(tmp_path: Path):
     assert result.exit_code == 0, result.output
     data = json.loads(result.output)
     assert data["counts"] == {"failed": 0, "findings": 0, "passed": 1, "scenarios": 1}
+    assert result.stdout == (tmp_path / "o" / "summary.json").read_text()  # the file's bytes, keys sorted alike
 
 
 def test_a_mutation_that_cannot_apply_to_its_rollout_is_bad_input_after_the_run(tmp_path: Path):
