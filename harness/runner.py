@@ -245,7 +245,7 @@ def prepare_scenario(scenario: Any, options: RunOptions) -> Any:
     A cap also rescales the scenario's step-count expectations (``sum(optimizer_steps) == 20``
     becomes ``== 6`` under ``--steps 6``) and drops the rollout overrides, mutation, corruption and
     faults aimed at the steps it cuts off, so a capped run of a passing scenario passes (one whose
-    declared error lay in those steps expects success: `run_scenario` skips its declared verdict). A
+    declared error came from what the cap dropped expects success: `run_scenario` skips its declared verdict). A
     precision sets the trainer's `policy.precision` and `policy.logprob_dtype` (the policy-mode
     server follows), and raises every `max_abs_dev` below that precision's metric tolerance to it
     (``token_mult_prob_error`` within 1e-9 of 1 is a float64 figure).
@@ -462,7 +462,7 @@ def run_scenario(
     name = getattr(scenario, "name", str(scenario))
     data = _RunData()
     files = data.files
-    cut = options.max_steps is not None and getattr(scenario, "steps", 0) > options.max_steps
+    original = scenario
     try:
         scenario = prepare_scenario(scenario, options)
         files["scenario.json"] = (json.dumps(scenario.to_data(), indent=2, sort_keys=True) + "\n").encode("utf-8")
@@ -486,8 +486,11 @@ def run_scenario(
             training = expect_training(settings, expectation, logs_by_step, measured) if options.audit_training else ()
     except Exception as exc:  # noqa: BLE001 - whatever a backend left behind, this scenario fails, the suite goes on
         return _harness_failure(scenario, options, exc, clock, data)
-    # a `--steps` cap may cut off the step where the declared error lay: the capped scenario then rightly succeeds
-    beyond_cap = cut and scenario.expect.verdict == "error" and expectation.error is None
+    # a `--steps` cap may cut off the edit or override that caused the declared error: the capped scenario then
+    # rightly succeeds (a declared error the cap did not touch is still checked)
+    beyond_cap = (scenario.expect.verdict == "error" and expectation.error is None
+                  and any(getattr(original, f, None) != getattr(scenario, f, None)
+                          for f in ("mutation", "corruption", "faults", "rollouts")))
     with clock.stage("audit"):
         report = audit_run(expectation, observed, backend=_backend_flag(options.backend),
                            tolerances=Tolerances.for_dtype(settings.precision),

@@ -87,6 +87,11 @@ def test_a_declared_error_beyond_the_cap_is_no_finding():
     mismatch = scenario.model_validate({**scenario.to_data(), "expect": {"verdict": "error", "code": "oversized_group"}})
     full = run_scenario(mismatch, RunOptions(max_steps=2))  # the cap cuts nothing: the declared verdict is checked
     assert "scenario.declared_verdict" in {f.check for f in full.record.findings}
+    # a cap that cuts steps but drops no edit or override did not remove the error's cause: still checked
+    wrong = scenario.model_validate({"name": "wrong-declared-error", "purpose": "p", "steps": 2,
+                                     "expect": {"verdict": "error", "code": "missing_routed_experts"}})
+    capped = run_scenario(wrong, RunOptions(max_steps=1))
+    assert "scenario.declared_verdict" in {f.check for f in capped.record.findings}
 
 
 @pytest.mark.parametrize("scenario", CATALOGUE, ids=lambda s: s.name)
