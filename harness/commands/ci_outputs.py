@@ -18,6 +18,15 @@ def _report_paths(junit_xml: Path | None, markdown: Path | None) -> list[tuple[s
     return [(option, path) for option, path in (("--junit-xml", junit_xml), ("--markdown", markdown)) if path is not None]
 
 
+def _resolved(path: Path, what: str) -> Path:
+    """`path.resolve()`, or a `ConfigError` naming `what` (a symbolic link loop raises `RuntimeError` on 3.11)."""
+    try:
+        return path.resolve()
+    except (RuntimeError, OSError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else "a symbolic link loop"
+        raise ConfigError("invalid_argument", f"{what} {path}: cannot be resolved: {reason}") from None
+
+
 def prepare_ci_outputs(junit_xml: Path | None, markdown: Path | None, *,
                        inputs: Sequence[tuple[Path, str]] = ()) -> None:
     """Before any work: each report path can be written (`ConfigError` naming its option otherwise, exit 2), and a
@@ -32,8 +41,8 @@ def prepare_ci_outputs(junit_xml: Path | None, markdown: Path | None, *,
     """
     from compactsim.harness.report.markdown import STEP_SUMMARY_ENV, step_summary_path
 
-    reports = [(option, path, path.resolve()) for option, path in _report_paths(junit_xml, markdown)]
-    sources = [(given, given.resolve(), what) for given, what in inputs]
+    reports = [(option, path, _resolved(path, option)) for option, path in _report_paths(junit_xml, markdown)]
+    sources = [(given, _resolved(given, what), what) for given, what in inputs]
     targets: dict[Path, str] = {}
     for option, path, target in reports:  # every check before the first deletion
         if target in targets:
@@ -64,7 +73,7 @@ def prepare_ci_outputs(junit_xml: Path | None, markdown: Path | None, *,
                                                   f"{exc.strerror or type(exc).__name__}") from None
     summary = step_summary_path()
     if summary is not None:
-        target = summary.resolve()
+        target = _resolved(summary, f"${STEP_SUMMARY_ENV}")
         for given, source, what in sources:  # appended to, never cleared: still never one of the inputs
             if target == source or source in target.parents:
                 inside = "" if target == source else " inside"

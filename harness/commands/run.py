@@ -99,11 +99,13 @@ def format_failures(records: list[Any], *, per_scenario: int = 3) -> list[str]:
 
 
 def _run_inputs(selectors: list[str], gym_check: Path | None, out: Path) -> list[tuple[Path, str]]:
-    """What a report path must never be: a scenario file or the gym-check report this run reads, or an entry of
-    its output folder (cleared and rewritten by the run). Checked before any earlier report is cleared."""
+    """What a report path must never be: a scenario file, the catalogue or the gym-check report this run reads, or
+    an entry of its output folder (cleared and rewritten by the run). Checked before any earlier report is cleared."""
     from compactsim.harness.outputs import OWNED
+    from compactsim.scenarios.catalogue import CATALOGUE_DIR
 
     inputs = [(Path(s), "the scenario file") for s in selectors if Path(s).is_file()]
+    inputs.append((CATALOGUE_DIR, "the scenario catalogue"))  # what a name selects is read from there
     if gym_check is not None:
         inputs.append((gym_check, "the gym-check report"))
     return inputs + [(out / name, "the output folder's own entry") for name in OWNED]

@@ -123,7 +123,8 @@ def clear_reports_after_usage_error(command: Any, ctx: Any, args: Sequence[str])
     starts does (`prepare_ci_outputs`), so exit 2 never leaves a stale verdict where a CI reporter reads this one's.
 
     Best effort and never destructive: every other value on the command line, given or defaulted, that names an
-    existing file or folder counts as an input, and a report that is (or lies inside) one is left alone.
+    existing file or folder counts as an input, as does the scenario catalogue, and a report that is (or lies
+    inside) one is left alone.
     """
     from compactsim.harness.commands.ci_outputs import prepare_ci_outputs
 
@@ -149,6 +150,9 @@ def clear_reports_after_usage_error(command: Any, ctx: Any, args: Sequence[str])
             reports[report] = str(values[-1])
         elif report is None:
             inputs += [(Path(v), "a path on the command line") for v in values if Path(v).exists()]
+    from compactsim.scenarios.catalogue import CATALOGUE_DIR
+
+    inputs.append((CATALOGUE_DIR, "the scenario catalogue"))  # a name on the line selects files from there
     for option, value in reports.items():  # one at a time: a refused one does not keep the other
         try:
             prepare_ci_outputs(Path(value) if option == "--junit-xml" else None,

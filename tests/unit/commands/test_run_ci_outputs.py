@@ -109,3 +109,36 @@ def test_run_refuses_a_report_over_its_own_scenario_file_or_output_entries(tmp_p
         assert result.exit_code == 2, result.output
         assert f"{option} {path}: {what}" in result.stderr
     assert scenario.read_text() == "scenarios: []\n" and not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("refused_line", [False, True], ids=["a run", "a refused command line"])
+def test_a_report_path_inside_the_catalogue_is_never_written_or_deleted(refused_line: bool, tmp_path: Path):
+    """A scenario selected by name is read from the catalogue: `--junit-xml` on one of its files overwrote it with
+    XML (or, on a refused command line, deleted it), so its scenarios no longer loaded (fuzzing round 5)."""
+    from compactsim.scenarios.catalogue import CATALOGUE_DIR
+
+    target = sorted(CATALOGUE_DIR.glob("*.yaml"))[0]
+    before = target.read_bytes()
+    argv = ["run", "no-compaction", "--out", str(tmp_path / "o"), "--junit-xml", str(target)]
+    result = CliRunner().invoke(app, argv + (["--bogus"] if refused_line else []))
+    assert result.exit_code == 2, result.output
+    assert target.read_bytes() == before
+    if not refused_line:
+        assert "is inside the scenario catalogue" in result.output
+        assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("argv", [["run", "no-compaction", "--junit-xml", "loop", "--out", "o"],
+                                  ["run", "no-compaction", "--out", "loop"],
+                                  ["verify", "loop", "loop"],
+                                  ["verify", "g", "rows.jsonl", "--markdown", "loop"]],
+                         ids=["report", "out", "verify inputs", "verify report"])
+def test_a_symbolic_link_loop_is_bad_input_not_a_traceback(argv: list[str], tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch):
+    """`Path.resolve` raises RuntimeError on a loop (Python 3.11): a traceback and exit 1 (fuzzing round 5)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "loop").symlink_to("loop")
+    result = CliRunner().invoke(app, argv)
+    assert result.exit_code == 2, result.output
+    assert "cannot be resolved: a symbolic link loop" in result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
