@@ -488,14 +488,18 @@ class Scenario(_Strict):
         merged first and stay in `_cross_checks`. pydantic nests a `ValidationError` raised in a field validator
         under that field, so the location reaches the file's line and column.
         """
-        from pydantic_core import InitErrorDetails
+        import typing
+
+        from pydantic_core import InitErrorDetails, PydanticCustomError, core_schema
 
         from compactsim.harness.pipeline.train_config import TrainerConfig
 
+        builtin = set(typing.get_args(core_schema.ErrorType))
         try:
             validated = TrainerConfig.model_validate(v)
-        except ValidationError as exc:
-            local = [InitErrorDetails(type=e["type"], loc=e["loc"], input=e["input"], ctx=e.get("ctx", {}))
+        except ValidationError as exc:  # a custom error type (`NoBooleanNumbers`') is re-raised as one, at its field
+            local = [InitErrorDetails(type=e["type"] if e["type"] in builtin else PydanticCustomError(e["type"], e["msg"]),
+                                      loc=e["loc"], input=e["input"], ctx=e.get("ctx", {}))
                      for e in exc.errors() if e["type"] not in ("value_error", "assertion_error")]
             if local:
                 raise ValidationError.from_exception_data("trainer", local) from None

@@ -14,6 +14,7 @@ from collections import abc
 from typing import Any
 
 from pydantic import BaseModel, Strict, ValidationInfo, field_validator
+from pydantic_core import PydanticCustomError
 
 _NUMBERS = (int, float)
 
@@ -55,6 +56,12 @@ def _numeric_not_boolean(annotation: Any) -> bool:
     return bool(admitted & set(_NUMBERS)) and bool not in admitted and Any not in admitted
 
 
+def _boolean(what: str) -> PydanticCustomError:
+    """The error at the field: its own type, not pydantic's generic ``value_error``, which callers may set aside as
+    a rule across fields (`Scenario._trainer_fields` does)."""
+    return PydanticCustomError("boolean_number", "{what}: a boolean where a number is expected", {"what": what})
+
+
 class NoBooleanNumbers(BaseModel):
     """Mixin: a JSON/YAML boolean given where a field (or a list field's item, a mapping field's key or value) takes a
     number is a validation error at that field, instead of pydantic's silent 1 / 0."""
@@ -66,18 +73,18 @@ class NoBooleanNumbers(BaseModel):
         if field is None or any(isinstance(m, Strict) for m in field.metadata):
             return value  # pydantic's strict mode refuses a boolean itself
         if isinstance(value, bool) and _numeric_not_boolean(field.annotation):
-            raise ValueError(f"{str(value).lower()}: a boolean where a number is expected")
+            raise _boolean(str(value).lower())
         key = _keys(field.annotation)
         if key is not None and isinstance(value, dict) and _numeric_not_boolean(key):
             for k in value:
                 if isinstance(k, bool):  # YAML's `true:` key is the index 1 to pydantic
-                    raise ValueError(f"key {str(k).lower()}: a boolean where a number is expected")
+                    raise _boolean(f"key {str(k).lower()}")
         item = _items(field.annotation)
         if item is not None and _numeric_not_boolean(item):
             entries = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, (list, tuple)) else ()
             for key, v in entries:
                 if isinstance(v, bool):
-                    raise ValueError(f"item {key!r}: {str(v).lower()}: a boolean where a number is expected")
+                    raise _boolean(f"item {key!r}: {str(v).lower()}")
         return value
 
 

@@ -91,3 +91,13 @@ def test_optimizer_rates_that_overflow_float64_are_refused(field: str):
     with pytest.raises(ValidationError) as info:
         TrainerConfig.model_validate({"policy": {field: 1e308}})
     assert info.value.errors()[0]["loc"] == ("policy", field)
+
+
+def test_a_boolean_trainer_setting_is_reported_at_its_key(tmp_path: Path):
+    """It was reported at the scenario entry (`$.scenarios[0]`), as a rule across fields would be (fuzzing round 5)."""
+    path = tmp_path / "s.yaml"
+    path.write_text("scenarios:\n  - name: lr-bool\n    purpose: p\n    trainer:\n      policy:\n        learning_rate: yes\n")
+    result = CliRunner().invoke(app, ["run", str(path), "--out", str(tmp_path / "out")])
+    assert result.exit_code == 2, result.output
+    assert "s.yaml:6:24: field $.scenarios[0].trainer.policy.learning_rate: true: a boolean where a number is expected" \
+        in " ".join(result.output.split())
