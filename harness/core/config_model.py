@@ -32,11 +32,13 @@ def _types(annotation: Any) -> set[Any]:
 
 
 def _items(annotation: Any) -> Any | None:
-    """The item annotation of a `list[X]`, `tuple[X, ...]` or `Sequence[X]` field, or the value annotation of a
+    """The item annotation of a `list[X]`, `tuple[X, ...]`, `Sequence[X]` or `set[X]` field, or the value annotation of a
     `dict[K, X]` / `Mapping[K, X]` one (None for anything else)."""
     for candidate in _types(annotation):
         origin, args = typing.get_origin(candidate), typing.get_args(candidate)
         if origin in (list, tuple, abc.Sequence) and (len(args) == 1 or (len(args) == 2 and args[1] is Ellipsis)):
+            return args[0]
+        if origin in (set, frozenset, abc.Set) and len(args) == 1:
             return args[0]
         if origin in (dict, abc.Mapping) and len(args) == 2:
             return args[1]
@@ -81,7 +83,8 @@ class NoBooleanNumbers(BaseModel):
                     raise _boolean(f"key {str(k).lower()}")
         item = _items(field.annotation)
         if item is not None and _numeric_not_boolean(item):
-            entries = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, (list, tuple)) else ()
+            entries = (value.items() if isinstance(value, dict) else enumerate(value)
+                       if isinstance(value, (list, tuple, set, frozenset)) else ())
             for key, v in entries:
                 if isinstance(v, bool):
                     raise _boolean(f"item {key!r}: {str(v).lower()}")

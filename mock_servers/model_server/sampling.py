@@ -85,7 +85,8 @@ def _unrank(ranks: list[int], num_experts: int, top_k: int) -> np.ndarray:
 
 def scripted_routes(seed: int, rollout_id: str, call: int, num_rows: int, num_layers: int, num_experts: int, top_k: int) -> np.ndarray:
     """Marker routes [num_rows, L, K] keyed by (seed, rollout, call, position, layer): K distinct experts per row,
-    the permutation of rank ``splitmix64(key + position * L + layer) mod nPk`` in lexicographic order."""
+    the permutation of rank ``splitmix64(key + position * L + layer) mod nPk`` in lexicographic order (above 2**64
+    permutations, the rank is read from several draws, so every expert can lead)."""
     key = derive_int(seed, "scripted_route", rollout=rollout_id, call=call)
     counters = np.arange(num_rows * num_layers, dtype=np.uint64)  # position * L + layer
     draws = _counter_u64(key, counters)
@@ -94,7 +95,13 @@ def scripted_routes(seed: int, rollout_id: str, call: int, num_rows: int, num_la
         table = _permutations(num_experts, top_k)
         pick = (draws % np.uint64(total)).astype(np.int64)
         return table[pick].reshape(num_rows, num_layers, top_k)
-    ranks = [int(d) % total for d in draws.tolist()]
+    if total <= 1 << 64:
+        ranks = [int(d) % total for d in draws.tolist()]
+    else:  # one 64-bit draw reaches only the first 2**64 ranks (routes that all start 0, 1, 2, ...): draw wider
+        words = -(-total.bit_length() // 64) + 1  # 64 spare bits keep the modulo bias below 2**-64
+        wide_key = derive_int(seed, "scripted_route_wide", rollout=rollout_id, call=call)
+        wide = _counter_u64(wide_key, np.arange(num_rows * num_layers * words, dtype=np.uint64)).reshape(-1, words)
+        ranks = [int.from_bytes(np.asarray(row, dtype=">u8").tobytes(), "big") % total for row in wide]
     return _unrank(ranks, num_experts, top_k).reshape(num_rows, num_layers, top_k)
 
 

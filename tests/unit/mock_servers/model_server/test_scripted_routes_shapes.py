@@ -49,3 +49,20 @@ def test_a_server_of_127_experts_top_16_answers_with_routes() -> None:
     assert resp.status_code == 200, resp.text
     routes = resp.json()["choices"][0]["message"].get("routed_experts") or resp.json()["choices"][0].get("routed_experts")
     assert isinstance(routes, str) and routes.startswith("nrlre1:int16:") and "x3x16:" in routes
+
+
+def test_beyond_two_to_the_64_permutations_every_expert_can_lead():
+    """127P16 > 2**64: one 64-bit draw reaches only ranks below 2**64, whose permutations all begin 0, 1, 2, ...;
+    the rank is read from several draws instead."""
+    assert sampling._count(127, 16) > 2**64
+    first = sampling.scripted_routes(3, "r", 1, 200, 8, 127, 16)[:, :, 0]
+    assert len(set(first.ravel().tolist())) > 100  # of 127 experts, over 1,600 draws
+
+
+def test_shapes_under_two_to_the_64_keep_one_draw_per_route():
+    """9 experts x top-8 (362,880 permutations) answered before as table[draw mod nPk]: the same routes now."""
+    table = sampling._permutations(9, 8)
+    key = sampling.derive_int(3, "scripted_route", rollout="r", call=1)
+    draws = sampling._counter_u64(key, np.arange(5 * 2, dtype=np.uint64))
+    expected = table[(draws % np.uint64(len(table))).astype(np.int64)].reshape(5, 2, 8)
+    assert np.array_equal(sampling.scripted_routes(3, "r", 1, 5, 2, 9, 8), expected)
