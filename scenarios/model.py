@@ -498,7 +498,8 @@ class Scenario(_Strict):
         try:
             validated = TrainerConfig.model_validate(v)
         except ValidationError as exc:  # a custom error type (`NoBooleanNumbers`') is re-raised as one, at its field
-            local = [InitErrorDetails(type=e["type"] if e["type"] in builtin else PydanticCustomError(e["type"], e["msg"]),
+            local = [InitErrorDetails(type=e["type"] if e["type"] in builtin
+                                      else PydanticCustomError(e["type"], e["msg"]),
                                       loc=e["loc"], input=e["input"], ctx=e.get("ctx", {}))
                      for e in exc.errors() if e["type"] not in ("value_error", "assertion_error")]
             if local:
@@ -709,7 +710,8 @@ class Scenario(_Strict):
         """Every field set away from its default that a recipe would silently drop: `train` writes its own scripts,
         so only the generator's turns and images per observation and the fields `training_recipe` returns carry."""
         dropped = [f"{name}: {getattr(self, name)!r}" for name, field in type(self).model_fields.items()
-                   if name not in _RECIPE_FIELDS and getattr(self, name) != field.get_default(call_default_factory=True)]
+                   if name not in _RECIPE_FIELDS
+                   and getattr(self, name) != field.get_default(call_default_factory=True)]
         g = self.script.generate
         if g is not None:
             plain = ScriptSpec(generate=TurnsGenerator(turns=g.turns, images_per_observation=g.images_per_observation))

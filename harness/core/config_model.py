@@ -32,8 +32,8 @@ def _types(annotation: Any) -> set[Any]:
 
 
 def _items(annotation: Any) -> Any | None:
-    """The item annotation of a `list[X]`, `tuple[X, ...]`, `Sequence[X]` or `set[X]` field, or the value annotation of a
-    `dict[K, X]` / `Mapping[K, X]` one (None for anything else)."""
+    """The item annotation of a `list[X]`, `tuple[X, ...]`, `Sequence[X]` or `set[X]` field, or the value
+    annotation of a `dict[K, X]` / `Mapping[K, X]` one (None for anything else)."""
     for candidate in _types(annotation):
         origin, args = typing.get_origin(candidate), typing.get_args(candidate)
         if origin in (list, tuple, abc.Sequence) and (len(args) == 1 or (len(args) == 2 and args[1] is Ellipsis)):

@@ -1,7 +1,8 @@
 """A CORRECT float32 backend: GRPO advantages computed in float32, as NeMo-RL's reward tensors are.
 
 nemo-rl-semantics §3.2-3.3 with float32 `rewards`: leave-one-out baseline and unbiased std in float32, then
-(r - b) / (std + 1e-6), then `grpo.advantage_clip_low/high` as NeMo-RL's `_clip_grpo_advantages`. Off from the float64 oracle by float32 rounding (~1e-7 relative), inside the float32
+(r - b) / (std + 1e-6), then `grpo.advantage_clip_low/high` as NeMo-RL's `_clip_grpo_advantages`. Off from the
+float64 oracle by float32 rounding (~1e-7 relative), inside the float32
 tolerance for advantages (atol and rtol 1e-6), so a float32 run must pass it; in a float64 run the table's
 1e-12 makes the same code a `row.advantage` finding, as it should.
 """

@@ -47,7 +47,8 @@ def test_a_server_of_127_experts_top_16_answers_with_routes() -> None:
     with client_for(server) as client:
         resp = client.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "hi"}]})
     assert resp.status_code == 200, resp.text
-    routes = resp.json()["choices"][0]["message"].get("routed_experts") or resp.json()["choices"][0].get("routed_experts")
+    choice = resp.json()["choices"][0]
+    routes = choice["message"].get("routed_experts") or choice.get("routed_experts")
     assert isinstance(routes, str) and routes.startswith("nrlre1:int16:") and "x3x16:" in routes
 
 
