@@ -153,10 +153,37 @@ def _update_rule(named: list[tuple[str, torch.Tensor]], optimizer: Any) -> tuple
     return {name: rule_of[id(p)] for name, p in named}, None
 
 
+#: Wrapper modules a trainer may put around blocks *inside* the policy (torch.distributed's activation checkpointing,
+#: FSDP1 per block, `torch.compile` per block): their name components are dropped, as `state_dict()` drops them.
+INNER_WRAPPER_COMPONENTS: frozenset[str] = frozenset({"_checkpoint_wrapped_module", "_fsdp_wrapped_module",
+                                                      "_orig_mod"})
+
+
+def _named_parameters(policy: Any) -> list[tuple[str, Any]]:
+    """The policy's parameters under the names its own modules give them, wrapper components dropped at any depth
+    (``blocks.0._checkpoint_wrapped_module.w_in`` is ``blocks.0.w_in``); the raw names if dropping them collides."""
+    named = list(policy.named_parameters())
+    plain = [(".".join(c for c in name.split(".") if c not in INNER_WRAPPER_COMPONENTS), p) for name, p in named]
+    return plain if len({name for name, _ in plain}) == len(plain) else named
+
+
+def _scheduler_epoch(scheduler: Any) -> int:
+    """How many times the scheduler stepped: its `last_epoch`, or, for a `ChainedScheduler` (which has none), the
+    count its members share (each steps once per `step()`)."""
+    epoch = getattr(scheduler, "last_epoch", None)
+    if epoch is None:
+        members = {int(m.last_epoch) for m in getattr(scheduler, "_schedulers", ()) if hasattr(m, "last_epoch")}
+        if len(members) != 1:
+            raise TypeError(f"the scheduler in state ({type(scheduler).__name__}) has no last_epoch and no members "
+                            "that agree on one: its step count cannot be read")
+        epoch = members.pop()
+    return int(epoch)
+
+
 def snapshot_training_state(policy: Any, optimizer: Any, scheduler: Any) -> TrainingSnapshot:
     """Read the weights, learning rates, counters and moments of a live training state (copies; nothing is changed)."""
     policy = _unwrapped(policy)
-    named = list(policy.named_parameters())
+    named = _named_parameters(policy)
     weights = {name: p.detach().to(device="cpu", dtype=torch.float64).clone() for name, p in named}
     steps = [_step_count(optimizer.state.get(p, {})) for group in optimizer.param_groups for p in group["params"]]
     steps_by_param = {name: _step_count(optimizer.state.get(p, {})) for name, p in named}
@@ -168,7 +195,7 @@ def snapshot_training_state(policy: Any, optimizer: Any, scheduler: Any) -> Trai
         lrs=tuple(float(group["lr"]) for group in optimizer.param_groups),
         optimizer_step_min=min(steps, default=0),
         optimizer_step_max=max(steps, default=0),
-        scheduler_epoch=int(scheduler.last_epoch),
+        scheduler_epoch=_scheduler_epoch(scheduler),
         first_moments=first,
         second_moments=second,
         moments_problem=moments_problem,
