@@ -470,7 +470,10 @@ def check_row_routes(report: Reporter, want: ExpectedRow, got: ObservedRow, *, r
                               f"{tuple(exp.shape[1:])}", expected=list(exp.shape[1:]),
                               actual=list(got.routes.shape[1:]), row=rid))
             return out
-        differ = np.flatnonzero(np.any((got.routes[:n] != exp[:n]).reshape(n, -1), axis=1))
+        # a token's top-k experts as a set: replay gathers each chosen expert's gate, in whatever order the ids come
+        # (a routing map read back with `nonzero` sorts them), so only which experts, per token and layer, counts
+        differ = np.flatnonzero(np.any((np.sort(got.routes[:n], axis=-1) != np.sort(exp[:n], axis=-1)).reshape(n, -1),
+                                       axis=1))
         reported = {f.position for f in out}
         differ = np.asarray([p for p in differ.tolist() if p not in reported], dtype=np.int64)
         if differ.size:

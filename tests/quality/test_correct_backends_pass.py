@@ -92,6 +92,7 @@ CORRECT = (  # wrapped_policy (DDP-style names) has its own test in test_broken_
     "fp5_lambda_lr_samples",  # the warmup LambdaLR counted in samples
     "fp5_adam_decoupled",  # torch.optim.Adam(decoupled_weight_decay=True, foreach=True), betas as a list
     "fp5_per_param_groups",  # one param group per parameter
+    "fp5_sorted_routes_reported",  # the sorted top-k ids reported as the routes used: the order was a row.route
 )
 
 
