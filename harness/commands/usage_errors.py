@@ -150,6 +150,8 @@ def clear_reports_after_usage_error(command: Any, ctx: Any, args: Sequence[str])
             reports[report] = str(values[-1])
         elif report is None:
             inputs += [(Path(v), "a path on the command line") for v in values if Path(v).exists()]
+    if not reports:
+        return
     from compactsim.scenarios.catalogue import CATALOGUE_DIR
 
     inputs.append((CATALOGUE_DIR, "the scenario catalogue"))  # a name on the line selects files from there
