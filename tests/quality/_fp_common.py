@@ -27,14 +27,22 @@ def update_counter(optimizer: torch.optim.Optimizer) -> int:
     return max((int(v.item()) if isinstance(v, torch.Tensor) else int(v) for v in vals), default=0)
 
 
+def scheduler_count(scheduler) -> int:
+    """How many times the scheduler stepped: `last_epoch`, or its first member's for a `ChainedScheduler` (which has
+    none; every member steps once per `step()`)."""
+    if hasattr(scheduler, "last_epoch"):
+        return int(scheduler.last_epoch)
+    return int(scheduler._schedulers[0].last_epoch)
+
+
 def step_once(state) -> tuple[int, int]:
     """Exactly one optimizer step, then one scheduler step; (updates, increments) as measured from the objects."""
-    before, epoch = update_counter(state.optimizer), int(state.scheduler.last_epoch)
+    before, epoch = update_counter(state.optimizer), scheduler_count(state.scheduler)
     state.optimizer.step()
     state.scheduler.step()
     state.optimizer_steps += 1
     state.version += 1
-    return update_counter(state.optimizer) - before, int(state.scheduler.last_epoch) - epoch
+    return update_counter(state.optimizer) - before, scheduler_count(state.scheduler) - epoch
 
 
 def finish(state, batch, *, step: int, trained_version: int, train_metrics: Mapping[str, float | int],
@@ -47,7 +55,7 @@ def finish(state, batch, *, step: int, trained_version: int, train_metrics: Mapp
         M.OPTIMIZER_STEPS: updates,
         M.SCHEDULER_INCREMENTS: increments,
         M.OPTIMIZER_STEP_COUNT: state.optimizer_steps,
-        M.SCHEDULER_STEP_COUNT: int(state.scheduler.last_epoch),
+        M.SCHEDULER_STEP_COUNT: scheduler_count(state.scheduler),
     })
     metrics = step_metrics(batch, metrics)
     prev_host = prev.detach().to("cpu", state.dtype)

@@ -16,10 +16,7 @@ import torch.nn.functional as F
 from compactsim.harness.core import metrics as M
 from compactsim.harness.pipeline.trainer import check_batch
 from compactsim.harness.pipeline.train_config import validate_physical_trace_training_config
-from tests.quality._fp_common import EPS, row_images, update_counter
-from compactsim.harness.core.artifacts import artifact_from_batch
-from compactsim.harness.pipeline.batch_metrics import step_metrics
-from compactsim.harness.pipeline.trainer import StepResult
+from tests.quality._fp_common import EPS, finish, row_images, step_once
 
 
 @dataclass(frozen=True)
@@ -304,34 +301,3 @@ def train_step(state, batch, cfg, opts: Opts):
     return finish(state, batch, step=step, trained_version=trained_version, train_metrics=tmets, prev=prev_all,
                   ref=ref_all, routes_used=used, updates=updates, increments=increments)
 
-
-def _epoch(sched) -> int:
-    """The scheduler's increment count: `last_epoch`, or its first member's for a ChainedScheduler (which has none)."""
-    if hasattr(sched, "last_epoch"):
-        return int(sched.last_epoch)
-    return int(sched._schedulers[0].last_epoch)
-
-
-def step_once(state):
-    before, epoch = update_counter(state.optimizer), _epoch(state.scheduler)
-    state.optimizer.step()
-    state.scheduler.step()
-    state.optimizer_steps += 1
-    state.version += 1
-    return update_counter(state.optimizer) - before, _epoch(state.scheduler) - epoch
-
-
-def finish(state, batch, *, step, trained_version, train_metrics, prev, ref, routes_used, updates, increments):
-    metrics = dict(train_metrics)
-    metrics.update({M.TRAINED_POLICY_VERSION: trained_version, M.OPTIMIZER_STEPS: updates,
-                    M.SCHEDULER_INCREMENTS: increments, M.OPTIMIZER_STEP_COUNT: state.optimizer_steps,
-                    M.SCHEDULER_STEP_COUNT: _epoch(state.scheduler)})
-    metrics = step_metrics(batch, metrics)
-    prev_host = prev.detach().to("cpu", state.dtype)
-    ref_host = None if ref is None else ref.detach().to("cpu", state.dtype)
-    artifact = artifact_from_batch(batch, step=step, trained_policy_version=trained_version, prev_logprobs=prev_host,
-                                   reference_logprobs=ref_host,
-                                   routes_used=None if routes_used is None else routes_used.detach().cpu(),
-                                   metrics=metrics, optimizer_steps=updates, scheduler_increments=increments)
-    return StepResult(step=step, batch=batch, metrics=metrics, artifact=artifact, prev_logprobs=prev_host,
-                      trained_version=trained_version, new_version=state.version)
