@@ -70,11 +70,8 @@ def option_error(exc: Any, command: Any, ctx: Any, args: Sequence[str]) -> Optio
         if minimum is None and maximum is None:
             minimum = getattr(getattr(param, "type", None), "min", None)
             maximum = getattr(getattr(param, "type", None), "max", None)
-        try:  # the raw text the parser saw; the parse only splits argv, it converts nothing
-            opts_seen, _, _ = command.make_parser(ctx).parse_args(args=list(args))
-            value = _plain(opts_seen.get(param.name))
-        except Exception:  # noqa: BLE001 - best effort; the message still names the problem
-            value = None
+        seen = raw_values(command, ctx, args)  # best effort; the message still names the problem
+        value = None if seen is None else _plain(seen.get(param.name))
     minimum, maximum = _plain(minimum), _plain(maximum)
     bounds = describe_range(minimum, maximum)
     message = exc.format_message()
@@ -83,6 +80,23 @@ def option_error(exc: Any, command: Any, ctx: Any, args: Sequence[str]) -> Optio
     if bounds is not None:
         message += f"; allowed: {bounds}"
     return OptionError(message, option=option, value=value, minimum=minimum, maximum=maximum)
+
+
+def raw_values(command: Any, ctx: Any, args: Sequence[str], *, lenient: bool = False) -> dict[str, Any] | None:
+    """What `args` give each of `command`'s parameters, as typed (splitting argv converts nothing); None when argv
+    cannot be split. `lenient`: unknown options are skipped, and an option missing its value, which can only be
+    the last word, is left out."""
+    parser = command.make_parser(ctx)
+    parser.ignore_unknown_options = lenient
+    attempts = [list(args)]
+    if lenient and args and str(args[-1]).startswith("-"):
+        attempts.append(list(args[:-1]))
+    for attempt in attempts:
+        try:
+            return parser.parse_args(args=attempt)[0]
+        except Exception:  # noqa: BLE001 - best effort: every caller treats an unsplittable argv as unknown
+            continue
+    return None
 
 
 def _takes_paths(param: Any) -> bool:
@@ -102,9 +116,8 @@ def refuse_empty_paths(command: Any, ctx: Any, args: Sequence[str]) -> None:
     `Path('')` is `Path('.')`, so ``--out ''`` (an unset shell variable, say) would otherwise write
     into the current folder as if ``--out .`` had been typed.
     """
-    try:  # the raw text the parser saw: splitting argv converts nothing
-        seen, _, _ = command.make_parser(ctx).parse_args(args=list(args))
-    except _UsageError:
+    seen = raw_values(command, ctx, args)
+    if seen is None:
         return  # the real parse reports it
     for param in command.params:
         raw = seen.get(param.name)
@@ -128,17 +141,9 @@ def clear_reports_after_usage_error(command: Any, ctx: Any, args: Sequence[str])
     """
     from compactsim.harness.commands.ci_outputs import prepare_ci_outputs
 
-    parser = command.make_parser(ctx)
-    parser.ignore_unknown_options = True  # `--bogus` is the usage error; the report options around it still count
-    try:
-        seen, _, _ = parser.parse_args(args=list(args))
-    except _UsageError:  # an option missing its value can only be the last word: split what comes before it
-        if not args or not str(args[-1]).startswith("-"):
-            return
-        try:
-            seen, _, _ = parser.parse_args(args=list(args[:-1]))
-        except _UsageError:
-            return
+    seen = raw_values(command, ctx, args, lenient=True)  # `--bogus` is the usage error; the reports around it count
+    if seen is None:
+        return
     reports: dict[str, str] = {}
     inputs: list[tuple[Path, str]] = []
     for param in command.params:
