@@ -27,6 +27,15 @@ def _resolved(path: Path, what: str) -> Path:
         raise ConfigError("invalid_argument", f"{what} {path}: cannot be resolved: {reason}") from None
 
 
+def _refuse_an_input(name: str, target: Path, sources: Sequence[tuple[Path, Path, str]], advice: str) -> None:
+    """`ConfigError` when the resolved `target` is one of the resolved `sources` (given, resolved, what) or inside one."""
+    for given, source, what in sources:
+        if target == source or source in target.parents:
+            inside = "" if target == source else " inside"
+            raise ConfigError("invalid_argument", f"{name}: is{inside} {what} {given}, which this command reads or "
+                                                  f"writes; {advice}")
+
+
 def prepare_ci_outputs(junit_xml: Path | None, markdown: Path | None, *,
                        inputs: Sequence[tuple[Path, str]] = ()) -> None:
     """Before any work: each report path can be written (`ConfigError` naming its option otherwise, exit 2), and a
@@ -49,11 +58,7 @@ def prepare_ci_outputs(junit_xml: Path | None, markdown: Path | None, *,
             raise ConfigError("invalid_argument", f"{option} {path}: the same file as {targets[target]}; give each "
                                                   "report its own path")
         targets[target] = f"{option} {path}"
-        for given, source, what in sources:
-            if target == source or source in target.parents:
-                inside = "" if target == source else " inside"
-                raise ConfigError("invalid_argument", f"{option} {path}: is{inside} {what} {given}, which this command "
-                                                      "reads or writes; write the report elsewhere")
+        _refuse_an_input(f"{option} {path}", target, sources, "write the report elsewhere")
         if target.is_dir():
             raise ConfigError("invalid_argument", f"{option} {path}: is a directory")
     for option, path, target in reports:
@@ -74,11 +79,8 @@ def prepare_ci_outputs(junit_xml: Path | None, markdown: Path | None, *,
     summary = step_summary_path()
     if summary is not None:
         target = _resolved(summary, f"${STEP_SUMMARY_ENV}")
-        for given, source, what in sources:  # appended to, never cleared: still never one of the inputs
-            if target == source or source in target.parents:
-                inside = "" if target == source else " inside"
-                raise ConfigError("invalid_argument", f"${STEP_SUMMARY_ENV} {summary}: is{inside} {what} {given}, "
-                                                      "which this command reads or writes; point it elsewhere")
+        # appended to, never cleared: still never one of the inputs
+        _refuse_an_input(f"${STEP_SUMMARY_ENV} {summary}", target, sources, "point it elsewhere")
         if target in targets:
             raise ConfigError("invalid_argument", f"${STEP_SUMMARY_ENV} {summary}: the same file as "
                                                   f"{targets[target]}; give the job summary its own path")
